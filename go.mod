@@ -1,0 +1,3 @@
+module github.com/seed-008287da/sluice
+
+go 1.26

@@ -1,0 +1,371 @@
+package ratelimit
+
+// NOTE on what counts as a hit. This file is the one statement of the
+// algorithms' math; the Redis scripts mirror it line for line and the
+// conformance suite (package ratelimittest) keeps the two in step.
+//
+// Time. Window algorithms work in whole milliseconds since the Unix epoch,
+// as Kong does (ngx.now()). A window of length W starts at
+// floor(now/W)*W: windows are aligned to the epoch, not to the first hit, so
+// a 60 s window always starts at second :00 of a minute. Token buckets work
+// in whole microseconds, so rates up to a million per second stay exact.
+//
+// Fixed window. The count of the current window, including this call's
+// cost, is compared with Count: a call is denied iff count > Count. With a
+// cost of 1, calls 1..Count pass and call Count+1 is denied.
+//
+// Sliding window. rate = cur + prev * (W - e) / W, where cur is the count of
+// the current window including this call's cost, prev the count of the
+// previous window and e the milliseconds elapsed in the current window. A
+// call is denied iff rate > Count. The comparison is exact rational
+// arithmetic on integers (Kong compares floats and can be off by one ulp;
+// we are not).
+//
+// Token bucket (GCRA). One timestamp per key, the theoretical arrival time
+// TAT. A call of cost n moves it to max(TAT, now) + n*W/Count (rounded up
+// to a microsecond, so the bucket never refills faster than Count per W)
+// and is allowed iff the new TAT is at most now + Burst*W/Count.
+//
+// Several limits. Limits are evaluated in request order. Until one denies,
+// each limit has the cost added (tentatively) and is checked. Once a limit
+// has denied, the remaining limits are only read, never added to; like Kong,
+// a read uses the sliding weight even for a fixed window (it only changes
+// the reported Remaining of those later limits). The call is allowed iff no
+// limit denies. If allowed, every limit keeps the cost. If denied, with
+// Request.Penalty the window limits up to and including the denying one
+// keep the cost (Kong's default); without it nothing is kept (all or
+// nothing). A token bucket is never charged for a denied call.
+//
+// Cost larger than capacity. A call whose cost exceeds some limit's
+// capacity (Count, or Burst for a bucket) is denied with RetryAfter =
+// InfDuration, and, with Penalty, still counted like any denied call.
+
+import (
+	"math"
+	"math/bits"
+	"time"
+)
+
+// Counter is the stored state of one limit for one key. Stores keep one per
+// (key, Limit.CounterID) and treat it as opaque; only Apply interprets it.
+//
+// For window algorithms Start is the start of the current window in Unix
+// milliseconds, Cur its count and Prev the count of the window before it.
+// For a token bucket Start is the TAT in Unix microseconds and Cur, Prev are
+// unused. The zero Counter is empty.
+type Counter struct {
+	Start int64
+	Cur   int64
+	Prev  int64
+}
+
+// CounterID identifies the counter a limit uses within a key. Fixed and
+// sliding limits of the same window share one counter, as Kong's windows
+// do, so switching window_type keeps the counts; a token bucket has its
+// own.
+func (l Limit) CounterID() uint64 {
+	id := uint64(l.Window/time.Millisecond) << 1
+	if l.Algorithm == TokenBucket {
+		id |= 1
+	}
+	return id
+}
+
+// Expiry returns the Unix time in nanoseconds after which c no longer
+// affects any decision for l and may be dropped.
+func (c Counter) Expiry(l Limit) int64 {
+	w := int64(l.Window / time.Millisecond)
+	if l.Algorithm == TokenBucket {
+		return c.Start * int64(time.Microsecond)
+	}
+	return (c.Start + 2*w) * int64(time.Millisecond)
+}
+
+// Apply decides r against cs, the counters of r.Limits in the same order,
+// and updates them. r.Now must be set and r.Limits valid (see
+// ValidateLimits); r.Cost zero means 1. Apply is pure: the whole decision
+// is a function of its arguments.
+func Apply(r *Request, cs []Counter) Decision {
+	d := Decision{Allowed: true, Denied: -1}
+	cost := r.Cost
+	if cost <= 0 {
+		cost = 1
+	}
+	nowNs := r.Now.UnixNano()
+	nowMs := floorDiv(nowNs, int64(time.Millisecond))
+	nowUs := floorDiv(nowNs, int64(time.Microsecond))
+
+	for i := range r.Limits {
+		l := &r.Limits[i]
+		c := &cs[i]
+		var s LimitState
+		if l.Algorithm == TokenBucket {
+			var wait time.Duration
+			s, wait = takeBucket(l, c, nowUs, cost, d.Denied < 0)
+			d.RetryAfter = max(d.RetryAfter, wait)
+		} else {
+			roll(c, l, nowMs)
+			s = takeWindow(l, c, nowMs, nowNs, cost, d.Denied < 0)
+		}
+		if s.Exceeded && d.Denied < 0 {
+			d.Allowed = false
+			d.Denied = i
+		}
+		d.SetState(i, s)
+	}
+	if d.Allowed {
+		d.RetryAfter = 0
+		return d
+	}
+
+	// Undo the tentative additions that a denied call does not keep, then
+	// say how long the windows need, as they stand, to admit the cost.
+	for i := range r.Limits {
+		l := &r.Limits[i]
+		st := d.statePtr(i)
+		if st.Counted && (l.Algorithm == TokenBucket || !r.Penalty) {
+			undo(l, &cs[i], cost)
+			st.Counted = false
+		}
+		if l.Algorithm != TokenBucket {
+			c := &cs[i]
+			d.RetryAfter = max(d.RetryAfter, windowWait(l, c.Start, c.Cur, c.Prev, nowMs, nowNs, cost))
+		}
+	}
+	return d
+}
+
+// roll moves c to the window that contains nowMs. A clock that steps back
+// into an older window keeps counting in the newest one: that can only
+// deny more, never admit more.
+func roll(c *Counter, l *Limit, nowMs int64) {
+	w := int64(l.Window / time.Millisecond)
+	start := nowMs - floorMod(nowMs, w)
+	switch {
+	case c.Start == start || start < c.Start:
+		return
+	case c.Start == start-w:
+		c.Prev = c.Cur
+	default:
+		c.Prev = 0
+	}
+	c.Cur = 0
+	c.Start = start
+}
+
+// takeWindow evaluates a fixed or sliding limit. When add is true the cost
+// is added to c.Cur (tentatively; Apply undoes it if needed).
+func takeWindow(l *Limit, c *Counter, nowMs, nowNs, cost int64, add bool) LimitState {
+	w := int64(l.Window / time.Millisecond)
+	e := nowMs - c.Start // ms elapsed in the window; negative after a clock step back
+	if e < 0 {
+		e = 0
+	}
+	rem := w - e // weight numerator of the previous window, in 1..w
+	windowEnd := time.Duration((c.Start+w)*int64(time.Millisecond) - nowNs)
+	s := LimitState{Limit: *l}
+	cur := c.Cur
+	if add {
+		cur += cost
+		c.Cur = cur
+		s.Counted = true
+	}
+	sliding := l.Algorithm == SlidingWindow || !add // a read uses the sliding weight (Kong)
+	if sliding {
+		// total/w is the rate; compare total with Count*w exactly.
+		total := mul(uint64(cur), uint64(w)).add(mul(uint64(c.Prev), uint64(rem)))
+		limit := mul(uint64(l.Count), uint64(w))
+		s.Used = total.float() / float64(w)
+		if total.cmp(limit) > 0 {
+			s.Exceeded = true
+			over := (s.Used - float64(l.Count)) / float64(l.Count) * float64(l.Window)
+			s.Reset = windowEnd + time.Duration(over)
+		} else {
+			s.Remaining = int64(limit.sub(total).div(uint64(w)))
+			s.Reset = windowEnd
+		}
+	} else {
+		s.Used = float64(cur)
+		s.Exceeded = cur > l.Count
+		if !s.Exceeded {
+			s.Remaining = l.Count - cur
+		}
+		s.Reset = windowEnd
+	}
+	return s
+}
+
+// windowWait returns how long until a call of cost would pass l, given the
+// counts of the window starting at start (Unix ms) and of the one before,
+// and no other traffic.
+func windowWait(l *Limit, start, cur, prev, nowMs, nowNs, cost int64) time.Duration {
+	if cost > l.Count {
+		return InfDuration
+	}
+	w := int64(l.Window / time.Millisecond)
+	at := func(ms int64) time.Duration { // wait until the absolute millisecond ms
+		d := time.Duration(ms*int64(time.Millisecond) - nowNs)
+		if d < 0 {
+			return 0
+		}
+		return d
+	}
+	if l.Algorithm == FixedWindow {
+		if cur+cost <= l.Count {
+			return 0
+		}
+		return at(start + w)
+	}
+	// Sliding: find the first millisecond at which cur + cost + prev*rem/w <= Count.
+	e := nowMs - start
+	if e < 0 {
+		e = 0
+	}
+	if free := l.Count - cur - cost; free >= 0 {
+		if prev == 0 {
+			return 0
+		}
+		// rem <= free*w/prev
+		need := mul(uint64(free), uint64(w)).div(uint64(prev))
+		if need >= uint64(w-e) {
+			return 0
+		}
+		if need >= 1 {
+			return at(start + w - int64(need))
+		}
+	}
+	// Next window: its previous count is cur.
+	next := start + w
+	if cur == 0 {
+		return at(next)
+	}
+	need := mul(uint64(l.Count-cost), uint64(w)).div(uint64(cur))
+	if need >= uint64(w) {
+		return at(next)
+	}
+	if need >= 1 {
+		return at(next + w - int64(need))
+	}
+	return at(next + w)
+}
+
+// takeBucket evaluates a token bucket. When add is true and the call fits,
+// the TAT moves (tentatively; Apply undoes it if the call is denied).
+func takeBucket(l *Limit, c *Counter, nowUs, cost int64, add bool) (LimitState, time.Duration) {
+	wUs := int64(l.Window / time.Microsecond)
+	burst := l.Capacity()
+	tau := int64(mul(uint64(burst), uint64(wUs)).div(uint64(l.Count))) // bucket depth in µs
+	tat := max(c.Start, nowUs)
+	s := LimitState{Limit: *l}
+	var wait time.Duration
+	inc := ceilMulDiv(cost, wUs, l.Count)
+	newTAT := tat
+	if add {
+		newTAT = tat + inc
+	}
+	if cost > burst {
+		s.Exceeded = add
+		wait = InfDuration
+	} else if ahead := tat + inc - nowUs; ahead > tau {
+		s.Exceeded = add
+		wait = time.Duration(ahead-tau) * time.Microsecond
+	}
+	if add && !s.Exceeded {
+		c.Start = newTAT
+		s.Counted = true
+	} else {
+		newTAT = tat
+	}
+	if slack := nowUs + tau - newTAT; slack > 0 {
+		s.Remaining = int64(mul(uint64(slack), uint64(l.Count)).div(uint64(wUs)))
+		if s.Remaining > burst {
+			s.Remaining = burst
+		}
+	}
+	s.Used = float64(burst - s.Remaining)
+	s.Reset = time.Duration(newTAT-nowUs) * time.Microsecond
+	if s.Reset < 0 {
+		s.Reset = 0
+	}
+	return s, wait
+}
+
+// undo takes back a tentative addition of cost.
+func undo(l *Limit, c *Counter, cost int64) {
+	if l.Algorithm == TokenBucket {
+		c.Start -= ceilMulDiv(cost, int64(l.Window/time.Microsecond), l.Count)
+		return
+	}
+	c.Cur -= cost
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+func floorMod(a, b int64) int64 { return a - floorDiv(a, b)*b }
+
+// ceilMulDiv returns ceil(a*b/c) for non-negative a, b and positive c,
+// saturating at MaxInt64.
+func ceilMulDiv(a, b, c int64) int64 {
+	p := mul(uint64(a), uint64(b))
+	q := p.div(uint64(c))
+	if p.sub(mul(q, uint64(c))) != (u128{}) {
+		q++
+	}
+	if q > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(q)
+}
+
+// u128 is an unsigned 128-bit integer, enough for count × milliseconds of
+// any window this package accepts.
+type u128 struct{ hi, lo uint64 }
+
+func mul(a, b uint64) u128 {
+	hi, lo := bits.Mul64(a, b)
+	return u128{hi, lo}
+}
+
+func (a u128) add(b u128) u128 {
+	lo, carry := bits.Add64(a.lo, b.lo, 0)
+	hi, _ := bits.Add64(a.hi, b.hi, carry)
+	return u128{hi, lo}
+}
+
+func (a u128) sub(b u128) u128 {
+	lo, borrow := bits.Sub64(a.lo, b.lo, 0)
+	hi, _ := bits.Sub64(a.hi, b.hi, borrow)
+	return u128{hi, lo}
+}
+
+func (a u128) cmp(b u128) int {
+	switch {
+	case a.hi != b.hi:
+		if a.hi < b.hi {
+			return -1
+		}
+		return 1
+	case a.lo < b.lo:
+		return -1
+	case a.lo > b.lo:
+		return 1
+	}
+	return 0
+}
+
+// div returns a/d, saturating at MaxUint64 when the quotient does not fit.
+func (a u128) div(d uint64) uint64 {
+	if a.hi >= d {
+		return math.MaxUint64
+	}
+	q, _ := bits.Div64(a.hi, a.lo, d)
+	return q
+}
+
+func (a u128) float() float64 { return float64(a.hi)*(1<<64) + float64(a.lo) }

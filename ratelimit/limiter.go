@@ -1,0 +1,117 @@
+package ratelimit
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// A Limiter checks keys against a set of limits kept in a Store. It is the
+// convenient face of the SDK: a Go service limiting its callers, or a client
+// throttling itself before it calls somebody else's API.
+//
+// The limits can be replaced at any time with SetLimits; counters live in
+// the store and are not reset by it. A Limiter is safe for concurrent use.
+type Limiter struct {
+	store   Store
+	limits  atomic.Pointer[[]Limit]
+	penalty bool
+}
+
+// LimiterOptions configures a Limiter. The zero value is ready to use.
+type LimiterOptions struct {
+	// Penalty keeps denied calls counted; see Request.Penalty. The default
+	// is all-or-nothing.
+	Penalty bool
+}
+
+// NewLimiter returns a Limiter over store with the given limits, checked
+// together on every call. It returns an error naming the first invalid
+// limit.
+func NewLimiter(store Store, opts LimiterOptions, limits ...Limit) (*Limiter, error) {
+	l := &Limiter{store: store, penalty: opts.Penalty}
+	if err := l.SetLimits(limits...); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// SetLimits replaces the limits. Counters of windows that stay are kept.
+func (l *Limiter) SetLimits(limits ...Limit) error {
+	if err := ValidateLimits(limits); err != nil {
+		return err
+	}
+	ls := append([]Limit(nil), limits...)
+	l.limits.Store(&ls)
+	return nil
+}
+
+// Limits returns a copy of the current limits.
+func (l *Limiter) Limits() []Limit { return append([]Limit(nil), *l.limits.Load()...) }
+
+// Allow is shorthand for AllowN(context.Background(), key, 1, time.Now()).
+// A store failure counts as allowed: use AllowN to see it.
+func (l *Limiter) Allow(key string) bool {
+	d, err := l.AllowN(context.Background(), key, 1, time.Now())
+	return err != nil || d.Allowed
+}
+
+// AllowN decides a call of cost n for key at time now.
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64, now time.Time) (Decision, error) {
+	return l.store.Take(ctx, Request{Key: key, Limits: *l.limits.Load(), Cost: n, Now: now, Penalty: l.penalty})
+}
+
+// Wait is shorthand for WaitN(ctx, key, 1).
+func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(ctx, key, 1) }
+
+// WaitN blocks until a call of cost n for key is allowed, and takes it. It
+// returns an error, without waiting, when n exceeds a limit's capacity
+// (wrapping ErrCostExceedsLimit) or when the wait the store announces would
+// pass ctx's deadline; it returns ctx.Err() if ctx ends while waiting. It
+// never sleeps past the deadline.
+//
+// Each attempt is a real call to the store, so with Penalty set a waiting
+// caller's attempts are counted like any other denied call.
+func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
+	var timer *time.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		now := time.Now()
+		d, err := l.AllowN(ctx, key, n, now)
+		if err != nil {
+			return err
+		}
+		if d.Allowed {
+			return nil
+		}
+		if d.Impossible() {
+			s := d.State(d.Denied)
+			return fmt.Errorf("%w: cost %d, capacity %d (%s)", ErrCostExceedsLimit, n, s.Limit.Capacity(), s.Limit)
+		}
+		wait := d.RetryAfter
+		if wait <= 0 {
+			wait = time.Millisecond // another caller took the slot first
+		}
+		if dl, ok := ctx.Deadline(); ok && now.Add(wait).After(dl) {
+			return fmt.Errorf("ratelimit: wait of %s for %q would exceed the context deadline", wait, key)
+		}
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+		}
+	}
+}

@@ -1,0 +1,118 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Being over a limit is never an error: it is a Decision
+// with Allowed false. Errors mean the input was unusable or the backend
+// failed.
+var (
+	// ErrInvalidLimit wraps every error about a Limit or a Request that can
+	// never be decided (count or window <= 0, no limits, negative cost).
+	ErrInvalidLimit = errors.New("ratelimit: invalid limit")
+	// ErrCostExceedsLimit is returned by Wait when the cost is larger than a
+	// limit's capacity: waiting would never help.
+	ErrCostExceedsLimit = errors.New("ratelimit: cost exceeds limit")
+	// ErrClosed is returned by a store used after Close.
+	ErrClosed = errors.New("ratelimit: store closed")
+	// ErrStoreFull is returned by a store that holds its configured maximum of
+	// keys and may not evict any of them (see the store's eviction rule).
+	ErrStoreFull = errors.New("ratelimit: store full")
+)
+
+// A Request asks a Store to count Cost units for Key against every limit in
+// Limits at once.
+type Request struct {
+	// Key identifies the counted subject (a user, an IP, a composite of
+	// request dimensions). Keys are opaque bytes; use Key to build one from
+	// several parts without collisions.
+	Key string
+	// Limits are checked in order; see Apply for how a denial in one limit
+	// affects the others.
+	Limits []Limit
+	// Cost is the number of units the call takes. Zero means 1.
+	Cost int64
+	// Now is the decision time. Zero means time.Now(). Stores that read a
+	// server clock (Redis) may be configured to ignore it.
+	Now time.Time
+	// Penalty keeps a denied call counted in the windows it was added to
+	// before a limit denied it: Kong's rate-limiting-advanced with
+	// disable_penalty false, and any fixed-window limit in Kong. Under
+	// sustained overload a sliding window then never drops below its limit
+	// and the client stays blocked until it slows down.
+	//
+	// The zero value is all-or-nothing: a denied call consumes nothing in any
+	// limit. Token buckets are never charged for a denied call.
+	Penalty bool
+}
+
+// A LeaseRequest asks for one of at most Max concurrent leases on Key.
+type LeaseRequest struct {
+	// Key identifies the guarded subject.
+	Key string
+	// ID names the lease; the holder passes it to Release. Acquiring an ID
+	// that is already held renews its TTL without taking a second slot, so
+	// a long-poll client may renew its lease on every poll.
+	ID string
+	// Max is the number of leases that may be alive at once. It must be > 0.
+	Max int64
+	// TTL bounds the life of the lease: a holder that never releases (it
+	// crashed, its connection vanished) loses the slot TTL after acquiring.
+	// It must be a positive whole number of milliseconds.
+	TTL time.Duration
+	// Now is the decision time. Zero means time.Now().
+	Now time.Time
+}
+
+// A Lease is the answer to a LeaseRequest.
+type Lease struct {
+	// Allowed reports whether the lease was granted (or renewed).
+	Allowed bool
+	// Active is the number of live leases on the key after the call.
+	Active int64
+	// Remaining is Max - Active, never negative.
+	Remaining int64
+	// Expires is when the lease lapses if not released or renewed; zero when
+	// denied.
+	Expires time.Time
+	// RetryAfter is, when denied, the time until the oldest live lease
+	// expires: the latest a slot can free up. Zero when allowed.
+	RetryAfter time.Duration
+}
+
+// A Store keeps counters and decides requests atomically. Implementations
+// must be safe for concurrent use, and every call on one key must see the
+// effect of every earlier call on it (in synchronous mode for distributed
+// stores): that is what makes "no key admits more than its limit" hold.
+//
+// The conformance suite in package ratelimittest holds every store to the
+// same timelines.
+type Store interface {
+	// Take decides r. It returns an error only when r is invalid (wrapping
+	// ErrInvalidLimit) or the store failed.
+	Take(ctx context.Context, r Request) (Decision, error)
+	// Acquire takes one concurrency lease.
+	Acquire(ctx context.Context, r LeaseRequest) (Lease, error)
+	// Release ends the lease id on key. Releasing a lease that is unknown,
+	// already released or expired is not an error.
+	Release(ctx context.Context, key, id string) error
+	// Close releases the store's resources and stops its goroutines.
+	Close() error
+}
+
+// ValidateLease reports why r cannot be decided, or nil.
+func ValidateLease(r *LeaseRequest) error {
+	switch {
+	case r.ID == "":
+		return fmt.Errorf("%w: lease id must not be empty", ErrInvalidLimit)
+	case r.Max <= 0:
+		return fmt.Errorf("%w: lease max must be greater than 0, got %d", ErrInvalidLimit, r.Max)
+	case r.TTL <= 0 || r.TTL%time.Millisecond != 0:
+		return fmt.Errorf("%w: lease ttl must be a positive whole number of milliseconds, got %s", ErrInvalidLimit, r.TTL)
+	}
+	return nil
+}
