@@ -154,6 +154,8 @@ func (l Limit) Validate() error {
 
 // ErrMismatchedWindows is returned by Windows when the two lists differ in
 // length. Its text is Kong's.
+//
+//lint:ignore ST1005 the text is Kong's, byte for byte.
 var ErrMismatchedWindows = errors.New("You must provide the same number of windows and limits")
 
 // Windows pairs counts[i] with windows[i] into limits of one algorithm, the

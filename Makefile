@@ -1,0 +1,27 @@
+# The two commands of README.md: `make run` and `make check`.
+.PHONY: run check test bench bench-sdk bench-redis bench-gateway
+
+# Runs the sluice gateway on the quickstart example: in memory, with a
+# built-in upstream, no other service needed.
+run:
+	go run ./cmd/sluice run -c examples/quickstart/kong.yml
+
+# The whole test suite (installs redis, etcd, wrk, nginx and staticcheck
+# when missing). CI runs exactly this.
+check:
+	./scripts/check
+
+# Unit tests only, without installing anything.
+test:
+	go test -race ./...
+
+bench: bench-sdk bench-redis bench-gateway
+
+bench-sdk:
+	./bench/run-sdk.sh
+
+bench-redis:
+	./bench/run-redis.sh
+
+bench-gateway:
+	./bench/gateway.sh
