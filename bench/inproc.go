@@ -129,7 +129,6 @@ func newSethvargo(count int64, window time.Duration) (Instance, error) {
 	}, nil
 }
 
-
 func newUlule(count int64, window time.Duration) (Instance, error) {
 	store := ulmemory.NewStoreWithOptions(ulimiter.StoreOptions{
 		Prefix:          ulimiter.DefaultPrefix,
