@@ -22,9 +22,11 @@ package ratelimit
 // we are not).
 //
 // Token bucket (GCRA). One timestamp per key, the theoretical arrival time
-// TAT. A call of cost n moves it to max(TAT, now) + n*W/Count (rounded up
-// to a microsecond, so the bucket never refills faster than Count per W)
-// and is allowed iff the new TAT is at most now + Burst*W/Count.
+// TAT. The emission interval T is W/Count rounded up to a whole
+// microsecond, so the bucket never refills faster than Count per W. A call
+// of cost n moves TAT to max(TAT, now) + n*T and is allowed iff the new TAT
+// is at most now + Burst*T. Measuring the depth in the same rounded unit
+// keeps a full bucket worth exactly Burst calls.
 //
 // Several limits. Limits are evaluated in request order. Until one denies,
 // each limit has the cost added (tentatively) and is checked. Once a limit
@@ -252,48 +254,59 @@ func windowWait(l *Limit, start, cur, prev, nowMs, nowNs, cost int64) time.Durat
 // takeBucket evaluates a token bucket. When add is true and the call fits,
 // the TAT moves (tentatively; Apply undoes it if the call is denied).
 func takeBucket(l *Limit, c *Counter, nowUs, cost int64, add bool) (LimitState, time.Duration) {
-	wUs := int64(l.Window / time.Microsecond)
 	burst := l.Capacity()
-	tau := int64(mul(uint64(burst), uint64(wUs)).div(uint64(l.Count))) // bucket depth in µs
+	t := emission(l)
+	tau := satMul(burst, t) // bucket depth in µs
 	tat := max(c.Start, nowUs)
 	s := LimitState{Limit: *l}
 	var wait time.Duration
-	inc := ceilMulDiv(cost, wUs, l.Count)
 	newTAT := tat
-	if add {
-		newTAT = tat + inc
-	}
 	if cost > burst {
 		s.Exceeded = add
 		wait = InfDuration
-	} else if ahead := tat + inc - nowUs; ahead > tau {
-		s.Exceeded = add
-		wait = time.Duration(ahead-tau) * time.Microsecond
-	}
-	if add && !s.Exceeded {
-		c.Start = newTAT
-		s.Counted = true
 	} else {
-		newTAT = tat
-	}
-	if slack := nowUs + tau - newTAT; slack > 0 {
-		s.Remaining = int64(mul(uint64(slack), uint64(l.Count)).div(uint64(wUs)))
-		if s.Remaining > burst {
-			s.Remaining = burst
+		inc := satMul(cost, t)
+		if ahead := tat + inc - nowUs; ahead > tau {
+			s.Exceeded = add
+			wait = time.Duration(ahead-tau) * time.Microsecond
+		} else if add {
+			newTAT = tat + inc
+			c.Start = newTAT
+			s.Counted = true
 		}
 	}
-	s.Used = float64(burst - s.Remaining)
-	s.Reset = time.Duration(newTAT-nowUs) * time.Microsecond
-	if s.Reset < 0 {
-		s.Reset = 0
+	if slack := nowUs + tau - newTAT; slack > 0 {
+		s.Remaining = min(slack/t, burst)
 	}
+	s.Used = float64(burst - s.Remaining)
+	s.Reset = max(time.Duration(newTAT-nowUs)*time.Microsecond, 0)
 	return s, wait
+}
+
+// emission returns a token bucket's emission interval T: the microseconds
+// one unit takes to refill, rounded up.
+func emission(l *Limit) int64 {
+	return max(ceilMulDiv(1, int64(l.Window/time.Microsecond), l.Count), 1)
+}
+
+// maxDepth bounds a bucket's depth (about 73,000 years in microseconds) so
+// that TAT arithmetic never overflows; a deeper bucket is indistinguishable
+// from an endless one.
+const maxDepth = 1 << 61
+
+// satMul returns a*b for non-negative a and b, saturating at maxDepth.
+func satMul(a, b int64) int64 {
+	p := mul(uint64(a), uint64(b))
+	if p.hi != 0 || p.lo > maxDepth {
+		return maxDepth
+	}
+	return int64(p.lo)
 }
 
 // undo takes back a tentative addition of cost.
 func undo(l *Limit, c *Counter, cost int64) {
 	if l.Algorithm == TokenBucket {
-		c.Start -= ceilMulDiv(cost, int64(l.Window/time.Microsecond), l.Count)
+		c.Start -= satMul(cost, emission(l))
 		return
 	}
 	c.Cur -= cost

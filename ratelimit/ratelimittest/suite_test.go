@@ -1,0 +1,139 @@
+package ratelimittest
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seed-008287da/sluice/ratelimit"
+)
+
+// TestSuiteOnReferenceStore holds the suite itself to account: a store that
+// is nothing but ratelimit.Apply behind one mutex must pass it. A failure
+// here is a wrong table, not a wrong store.
+func TestSuiteOnReferenceStore(t *testing.T) {
+	Run(t, func(t *testing.T) ratelimit.Store { return newReference() })
+}
+
+// TestSuiteCatchesBrokenStores checks that the suite is not vacuous: a
+// store with a classic bug must fail some timeline.
+func TestSuiteCatchesBrokenStores(t *testing.T) {
+	for _, c := range []struct {
+		bug    string
+		break_ func(*reference)
+	}{
+		{"forgets the previous window", func(r *reference) { r.forgetPrev = true }},
+		{"keeps the cost of denied calls", func(r *reference) { r.alwaysPenalty = true }},
+		{"ignores Now", func(r *reference) { r.wallClock = true }},
+		{"never denies a lease", func(r *reference) { r.noLeaseMax = true }},
+		{"never expires a lease", func(r *reference) { r.noLeaseTTL = true }},
+	} {
+		failed := false
+		for _, tl := range Timelines() {
+			r := newReference()
+			c.break_(r)
+			failed = failed || play(r, tl) != nil
+		}
+		for _, tl := range LeaseTimelines() {
+			r := newReference()
+			c.break_(r)
+			failed = failed || playLeases(r, tl) != nil
+		}
+		if !failed {
+			t.Errorf("a store that %s passes every timeline", c.bug)
+		}
+	}
+}
+
+type counterKey struct {
+	key string
+	id  uint64
+}
+
+type lease struct {
+	id  string
+	exp time.Time
+}
+
+// reference is the simplest correct store.
+type reference struct {
+	mu       sync.Mutex
+	counters map[counterKey]ratelimit.Counter
+	leases   map[string][]lease
+
+	// Deliberate bugs for TestSuiteCatchesBrokenStores.
+	forgetPrev, alwaysPenalty, wallClock, noLeaseMax, noLeaseTTL bool
+}
+
+func newReference() *reference {
+	return &reference{counters: map[counterKey]ratelimit.Counter{}, leases: map[string][]lease{}}
+}
+
+func (s *reference) Take(_ context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
+	if err := ratelimit.ValidateLimits(r.Limits); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	if r.Cost < 0 {
+		return ratelimit.Decision{}, ratelimit.ErrInvalidLimit
+	}
+	if s.alwaysPenalty {
+		r.Penalty = true
+	}
+	if s.wallClock {
+		r.Now = time.Now()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cs := make([]ratelimit.Counter, len(r.Limits))
+	for i, l := range r.Limits {
+		cs[i] = s.counters[counterKey{r.Key, l.CounterID()}]
+		if s.forgetPrev {
+			cs[i].Prev = 0
+		}
+	}
+	d := ratelimit.Apply(&r, cs)
+	for i, l := range r.Limits {
+		s.counters[counterKey{r.Key, l.CounterID()}] = cs[i]
+	}
+	return d, nil
+}
+
+func (s *reference) Acquire(_ context.Context, r ratelimit.LeaseRequest) (ratelimit.Lease, error) {
+	if err := ratelimit.ValidateLease(&r); err != nil {
+		return ratelimit.Lease{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ls := slices.DeleteFunc(s.leases[r.Key], func(l lease) bool { return !s.noLeaseTTL && !r.Now.Before(l.exp) })
+	i := slices.IndexFunc(ls, func(l lease) bool { return l.id == r.ID })
+	switch {
+	case i >= 0:
+		ls[i].exp = r.Now.Add(r.TTL)
+	case int64(len(ls)) < r.Max || s.noLeaseMax:
+		ls = append(ls, lease{r.ID, r.Now.Add(r.TTL)})
+	default:
+		first := ls[0].exp
+		for _, l := range ls {
+			if l.exp.Before(first) {
+				first = l.exp
+			}
+		}
+		s.leases[r.Key] = ls
+		n := int64(len(ls))
+		return ratelimit.Lease{Active: n, Remaining: max(r.Max-n, 0), RetryAfter: first.Sub(r.Now)}, nil
+	}
+	s.leases[r.Key] = ls
+	n := int64(len(ls))
+	return ratelimit.Lease{Allowed: true, Active: n, Remaining: max(r.Max-n, 0), Expires: r.Now.Add(r.TTL)}, nil
+}
+
+func (s *reference) Release(_ context.Context, key, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.leases[key] = slices.DeleteFunc(s.leases[key], func(l lease) bool { return l.id == id })
+	return nil
+}
+
+func (s *reference) Close() error { return nil }
