@@ -44,8 +44,8 @@ func open(t *testing.T, f Factory) ratelimit.Store {
 }
 
 const (
-	ms  = time.Millisecond
-	sec = time.Second
+	ms     = time.Millisecond
+	sec    = time.Second
 	minute = time.Minute
 )
 
