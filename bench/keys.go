@@ -71,9 +71,12 @@ func (ks *KeySet) Reset() {
 // Cursor returns a new random stream over the keys, seeded differently
 // from every other Cursor of ks.
 func (ks *KeySet) Cursor() *Cursor {
+	// Seeds are scrambled so that Cursors start far apart on the
+	// generator's cycle: seeding with consecutive multiples of its
+	// increment would make each Cursor replay its neighbour's draws.
 	return &Cursor{
 		ks:    ks,
-		state: ks.seed.Add(0x9e3779b97f4a7c15),
+		state: mix64(ks.seed.Add(1)),
 		seen:  make([]uint64, len(ks.seen)),
 	}
 }
@@ -115,11 +118,7 @@ type Cursor struct {
 func (c *Cursor) Next() string {
 	// splitmix64: cheap, and good enough to spread draws uniformly.
 	c.state += 0x9e3779b97f4a7c15
-	z := c.state
-	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-	z = (z ^ z>>27) * 0x94d049bb133111eb
-	z ^= z >> 31
-	i, _ := bits.Mul64(z, uint64(len(c.ks.keys)))
+	i, _ := bits.Mul64(mix64(c.state), uint64(len(c.ks.keys)))
 	c.seen[i>>6] |= 1 << (i & 63)
 	return c.ks.keys[i]
 }
@@ -131,4 +130,11 @@ func (c *Cursor) Done() {
 		c.ks.seen[i] |= w
 	}
 	c.ks.mu.Unlock()
+}
+
+// mix64 is splitmix64's output function.
+func mix64(z uint64) uint64 {
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
 }
