@@ -1,0 +1,272 @@
+#!/usr/bin/env bash
+# gateway.sh: load runs of the HTTP data plane (issue 5), all on loopback.
+#
+# One round runs, against one upstream (nginx `return 200`):
+#   nginx-proxy        nginx proxy_pass alone (keep-alive upstream)
+#   nginx-limit-1      nginx proxy_pass + limit_req, one key ($binary_remote_addr)
+#   nginx-limit-100k   nginx proxy_pass + limit_req keyed by a header over 100k values
+#   sluice-proxy       sluice, a route, no plugin
+#   sluice-rla-mem     sluice + rate-limiting-advanced, strategy local, by header (100k keys)
+#   sluice-rla-redis0  the same with strategy redis, sync_rate 0
+#   sluice-rla-redis01 the same with strategy redis, sync_rate 0.1
+# Limits are never reached. Every run uses the same wrk script, which sends
+# a random X-Client header out of 100k values.
+#
+# Usage: bench/gateway.sh            (ROUNDS=3 DURATION=8s CONNS=64 THREADS=2)
+# Env:   ROUNDS, DURATION, CONNS, THREADS, ONLY (regexp over scenario names),
+#        SLUICE (a prebuilt sluice binary; default: go build ./cmd/sluice).
+# Output: a table of medians over the rounds and the ratios issue 5 asks for.
+set -euo pipefail
+
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-8s}
+CONNS=${CONNS:-64}
+THREADS=${THREADS:-2}
+ONLY=${ONLY:-.}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+
+for bin in nginx wrk redis-server curl go; do
+  command -v "$bin" >/dev/null || { echo "gateway.sh: $bin not found (apt-get install nginx-light wrk redis-server curl)" >&2; exit 1; }
+done
+NGINX=$(command -v nginx)
+
+WORK=$(mktemp -d /tmp/sluice-gw.XXXXXX)
+PIDS=()
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+echo "== machine"
+uname -a
+echo "nproc: $(nproc)"
+grep -m1 'model name' /proc/cpuinfo || true
+echo "date: $(date -u +%FT%TZ)   load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "nginx: $($NGINX -v 2>&1)   wrk: $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)   redis: $(redis-server --version | cut -d' ' -f3)"
+
+# freeport prints a TCP port nobody listens on.
+freeport() {
+  local p
+  while :; do
+    p=$(( (RANDOM << 15 | RANDOM) % 30000 + 20000 ))
+    if [ -z "$(ss -Hltn "sport = :$p")" ]; then echo "$p"; return; fi
+  done
+}
+
+# waitport PORT: poll until something answers HTTP on PORT, at most 20 s.
+waitport() {
+  local i
+  for i in $(seq 1 200); do
+    if curl -s -o /dev/null --max-time 0.5 "http://127.0.0.1:$1/"; then return 0; fi
+    sleep 0.1
+  done
+  echo "gateway.sh: nothing answers on port $1 after 20s" >&2
+  return 1
+}
+
+# stop PID: end one process this script started.
+stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+
+UP_PORT=$(freeport)
+mkdir -p "$WORK/up" "$WORK/px"
+cat > "$WORK/up/nginx.conf" <<NGX
+daemon off;
+worker_processes 1;
+pid $WORK/up/nginx.pid;
+error_log $WORK/up/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_temp_path $WORK/up; proxy_temp_path $WORK/up; fastcgi_temp_path $WORK/up;
+  uwsgi_temp_path $WORK/up; scgi_temp_path $WORK/up;
+  server { listen 127.0.0.1:$UP_PORT; location / { return 200 "ok\n"; } }
+}
+NGX
+
+# nginx_proxy NAME LIMIT_DIRECTIVES: write a proxy config.
+PX_PORT=$(freeport)
+nginx_proxy() {
+  cat > "$WORK/px/$1.conf" <<NGX
+daemon off;
+worker_processes 1;
+pid $WORK/px/nginx.pid;
+error_log $WORK/px/error.log warn;
+events { worker_connections 4096; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_temp_path $WORK/px; proxy_temp_path $WORK/px; fastcgi_temp_path $WORK/px;
+  uwsgi_temp_path $WORK/px; scgi_temp_path $WORK/px;
+  limit_req_zone \$binary_remote_addr zone=one:10m rate=100000000r/s;
+  limit_req_zone \$http_x_client zone=many:64m rate=100000000r/s;
+  upstream up { server 127.0.0.1:$UP_PORT; keepalive 128; }
+  server {
+    listen 127.0.0.1:$PX_PORT;
+    location / {
+      $2
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_pass http://up;
+    }
+  }
+}
+NGX
+}
+nginx_proxy nginx-proxy ""
+nginx_proxy nginx-limit-1 "limit_req zone=one burst=100000000 nodelay;"
+nginx_proxy nginx-limit-100k "limit_req zone=many burst=100000000 nodelay;"
+
+# The wrk script every run uses: a random client id out of 100k per request.
+cat > "$WORK/clients.lua" <<'LUA'
+math.randomseed(os.time())
+request = function()
+  return wrk.format(nil, nil, { ["X-Client"] = tostring(math.random(1, 100000)) })
+end
+LUA
+
+# sluice configs (Kong declarative format).
+SL_PORT=$(freeport)
+SL_ADMIN=$(freeport)
+REDIS_PORT=$(freeport)
+sluice_conf() { # NAME PLUGINS_YAML
+  cat > "$WORK/$1.yml" <<YML
+_format_version: "3.0"
+services:
+  - name: up
+    url: http://127.0.0.1:$UP_PORT
+    routes:
+      - name: all
+        paths: ["/"]
+$2
+YML
+}
+rla() { # STRATEGY SYNC_RATE
+  cat <<YML
+plugins:
+  - name: rate-limiting-advanced
+    config:
+      identifier: header
+      header_name: X-Client
+      limit: [1000000000]
+      window_size: [3600]
+      window_type: sliding
+      namespace: bench
+      strategy: $1
+      sync_rate: $2
+      redis:
+        host: 127.0.0.1
+        port: $REDIS_PORT
+YML
+}
+sluice_conf sluice-proxy ""
+sluice_conf sluice-rla-mem "$(rla local -1)"
+sluice_conf sluice-rla-redis0 "$(rla redis 0)"
+sluice_conf sluice-rla-redis01 "$(rla redis 0.1)"
+
+SCENARIOS=(nginx-proxy nginx-limit-1 nginx-limit-100k sluice-proxy sluice-rla-mem sluice-rla-redis0 sluice-rla-redis01)
+SEL=()
+for s in "${SCENARIOS[@]}"; do [[ $s =~ $ONLY ]] && SEL+=("$s"); done
+
+need_sluice=0; need_redis=0
+for s in "${SEL[@]}"; do
+  [[ $s == sluice-* ]] && need_sluice=1
+  [[ $s == *redis* ]] && need_redis=1
+done
+if [ $need_sluice = 1 ]; then
+  if [ -n "${SLUICE:-}" ]; then BIN=$SLUICE; else
+    BIN=$WORK/sluice
+    echo "+ (cd $ROOT && go build -o $BIN ./cmd/sluice)"
+    (cd "$ROOT" && go build -o "$BIN" ./cmd/sluice)
+  fi
+  for s in "${SEL[@]}"; do
+    [[ $s == sluice-* ]] || continue
+    "$BIN" validate "$WORK/$s.yml" >/dev/null || { echo "gateway.sh: sluice rejects $s.yml:"; cat "$WORK/$s.yml"; exit 1; }
+  done
+fi
+
+echo "== upstream"
+"$NGINX" -p "$WORK/up" -c "$WORK/up/nginx.conf" & PIDS+=($!)
+waitport "$UP_PORT"
+if [ $need_redis = 1 ]; then
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$WORK" --save "" --appendonly no >/dev/null & PIDS+=($!)
+  for i in $(seq 1 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+fi
+
+WRK=(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$WORK/clients.lua")
+echo "== commands"
+echo "upstream: $NGINX -p $WORK/up -c $WORK/up/nginx.conf   (nginx return 200, 1 worker)"
+echo "nginx:    $NGINX -p $WORK/px -c $WORK/px/<scenario>.conf   (1 worker)"
+[ $need_sluice = 1 ] && echo "sluice:   GOMAXPROCS=2 $BIN run -c $WORK/<scenario>.yml"
+echo "load:     ${WRK[*]} http://127.0.0.1:<port>/   (after a 1s warm-up)"
+for s in "${SEL[@]}"; do case $s in
+  nginx-*) echo "--- $s.conf (location /)"; grep -E 'limit_req |proxy_pass' "$WORK/px/$s.conf" | sed 's/^ */    /' ;;
+  sluice-*) echo "--- $s.yml"; sed 's/^/    /' "$WORK/$s.yml" ;;
+esac; done
+
+# run_one SCENARIO ROUND: start the server, warm up, measure, stop.
+run_one() {
+  local s=$1 r=$2 pid port out
+  case $s in
+    nginx-*)
+      "$NGINX" -p "$WORK/px" -c "$WORK/px/$s.conf" & pid=$!; port=$PX_PORT ;;
+    sluice-*)
+      [ "$s" = sluice-rla-redis0 ] || [ "$s" = sluice-rla-redis01 ] && redis-cli -p "$REDIS_PORT" flushall >/dev/null
+      "$BIN" run -c "$WORK/$s.yml" --listen "127.0.0.1:$SL_PORT" --admin-listen "127.0.0.1:$SL_ADMIN" \
+        >"$WORK/$s.log" 2>&1 & pid=$!; port=$SL_PORT ;;
+  esac
+  waitport "$port" || { cat "$WORK/$s.log" 2>/dev/null; stop "$pid"; return 1; }
+  wrk -t"$THREADS" -c"$CONNS" -d1s -s "$WORK/clients.lua" "http://127.0.0.1:$port/" >/dev/null
+  out=$("${WRK[@]}" "http://127.0.0.1:$port/")
+  stop "$pid"
+  echo "$out" > "$WORK/result.$s.$r"
+  local rps p50 p99 errs
+  rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
+  p50=$(awk '$1=="50%" {print $2}' <<<"$out")
+  p99=$(awk '$1=="99%" {print $2}' <<<"$out")
+  errs=$(awk '/Non-2xx|Socket errors/ {print}' <<<"$out" | tr '\n' ' ')
+  printf '%-20s round %d  %10s req/s  p50 %8s  p99 %8s  %s\n' "$s" "$r" "$rps" "$p50" "$p99" "$errs"
+  echo "$s $rps $(tous "$p50") $(tous "$p99")" >> "$WORK/results"
+}
+
+# tous converts wrk's latency ("812.00us", "1.23ms", "1.01s") to microseconds.
+tous() {
+  awk -v v="$1" 'BEGIN {
+    n = v + 0
+    if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000; else if (v ~ /s$/) print n * 1000000; else print n }'
+}
+
+echo "== runs ($ROUNDS rounds; within a round the scenarios run back to back)"
+: > "$WORK/results"
+for r in $(seq 1 "$ROUNDS"); do
+  for s in "${SEL[@]}"; do run_one "$s" "$r"; done
+done
+
+echo "== medians over $ROUNDS rounds"
+median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+declare -A RPS P50 P99
+for s in "${SEL[@]}"; do
+  RPS[$s]=$(awk -v s="$s" '$1==s {print $2}' "$WORK/results" | median)
+  P50[$s]=$(awk -v s="$s" '$1==s {print $3}' "$WORK/results" | median)
+  P99[$s]=$(awk -v s="$s" '$1==s {print $4}' "$WORK/results" | median)
+done
+ratio() { # A B -> A/B
+  if [ -n "${RPS[$1]:-}" ] && [ -n "${RPS[$2]:-}" ]; then awk -v a="${RPS[$1]}" -v b="${RPS[$2]}" 'BEGIN {printf "%.2f", a / b}'; else echo "-"; fi
+}
+printf '| %-20s | %10s | %9s | %9s | %13s |\n' scenario "req/s" "p50 us" "p99 us" "vs nginx-proxy"
+printf '|%s|%s|%s|%s|%s|\n' "----------------------" "------------" "-----------" "-----------" "---------------"
+for s in "${SEL[@]}"; do
+  printf '| %-20s | %10.0f | %9.0f | %9.0f | %13s |\n' "$s" "${RPS[$s]}" "${P50[$s]}" "${P99[$s]}" "$(ratio "$s" nginx-proxy)"
+done
+echo
+echo "ratios (issue 5 targets):"
+echo "  sluice-rla-mem / sluice-proxy        = $(ratio sluice-rla-mem sluice-proxy)   (target >= 0.95)"
+echo "  sluice-rla-mem / nginx-limit-100k    = $(ratio sluice-rla-mem nginx-limit-100k)   (target >= 0.6, stretch 0.8)"
+echo "  sluice-rla-mem / nginx-limit-1       = $(ratio sluice-rla-mem nginx-limit-1)"
+echo "  sluice-rla-redis01 / sluice-rla-mem  = $(ratio sluice-rla-redis01 sluice-rla-mem)   (target >= 0.9)"
+echo "  sluice-rla-redis0 / sluice-rla-mem   = $(ratio sluice-rla-redis0 sluice-rla-mem)"
+if [ -n "${P99[sluice-rla-mem]:-}" ] && [ -n "${P99[sluice-proxy]:-}" ]; then
+  echo "  p99 added by the decision (memory)   = $(awk -v a="${P99[sluice-rla-mem]}" -v b="${P99[sluice-proxy]}" 'BEGIN {printf "%.0f us", a - b}')   (target < 100 us)"
+fi
