@@ -1,0 +1,298 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/seed-008287da/sluice/ratelimit"
+)
+
+// Advanced is a compiled rate-limiting-advanced plugin instance. It is safe
+// for concurrent use; its config never changes (compile a new one to
+// reload).
+type Advanced struct {
+	reg       *Registry
+	storeKey  storeKey
+	store     ratelimit.Store
+	namespace string
+	keys      keySpec
+	base      *plan
+	// overrides maps consumer_groups entries, in order, to their plan
+	// (nil: the group has no override and the plugin's plan applies).
+	groups    []string
+	overrides []*plan
+	enforce   bool
+
+	hide       bool
+	ietf       bool
+	shadow     bool
+	errorCode  int
+	body       []byte
+	throttling Throttling
+}
+
+// plan is one set of windows: the plugin's or a consumer-group override's.
+type plan struct {
+	limits    []ratelimit.Limit
+	secs      []int64
+	fixed     bool
+	penalty   bool
+	jitterMax float64
+	headers   headerPlan
+}
+
+func newPlan(limits, windows []int64, windowType string, disablePenalty bool, jitterMax float64) (*plan, error) {
+	alg := ratelimit.SlidingWindow
+	if windowType == WindowFixed {
+		alg = ratelimit.FixedWindow
+	}
+	ls, err := ratelimit.Windows(alg, limits, windowDurations(windows))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if len(ls) == 0 {
+		return nil, fmt.Errorf("%w: no limits", ErrInvalidConfig)
+	}
+	p := &plan{
+		limits: ls,
+		secs:   windows,
+		fixed:  alg == ratelimit.FixedWindow,
+		// Penalty: Kong keeps denied requests counted unless
+		// disable_penalty is set, and always for fixed windows.
+		penalty:   !disablePenalty || alg == ratelimit.FixedWindow,
+		jitterMax: jitterMax,
+	}
+	names := make([]string, len(ls))
+	for i, l := range ls {
+		names[i] = ratelimit.WindowName(l.Window)
+	}
+	p.headers = newHeaderPlan(names, names, limits, windows)
+	return p, nil
+}
+
+// NewAdvanced compiles cfg into a limiter whose counters live in reg. A
+// config from ParseAdvanced is valid; a hand-built one is validated first
+// (a *ValidationError). The limiter takes a reference on its namespace's
+// store: Close gives it back.
+func NewAdvanced(cfg *AdvancedConfig, reg *Registry) (*Advanced, error) {
+	c := *cfg
+	d := &decoder{}
+	if len(c.Limit) != len(c.WindowSize) {
+		d.fail(pathConfig+".window_size", msgSameCount)
+	}
+	validateAdvanced(d, &c)
+	if c.Namespace == "" || containsPipe(c.Namespace) {
+		d.fail(pathConfig+".namespace", "namespace must be a non-empty string without '|'")
+	}
+	if c.ErrorCode < 100 || c.ErrorCode > 999 {
+		d.fail(pathConfig+".error_code", "error_code must be a whole HTTP status between 100 and 999")
+	}
+	if c.Throttling.Enabled && (c.Throttling.Interval <= 0 || c.Throttling.RetryTimes <= 0 || c.Throttling.QueueLimit <= 0) {
+		d.fail(pathConfig+".throttling", "interval, retry_times and queue_limit must be greater than 0")
+	}
+	if len(d.errs) > 0 {
+		return nil, &ValidationError{Errors: d.errs}
+	}
+	base, err := newPlan(c.Limit, c.WindowSize, c.WindowType, c.DisablePenalty, c.RetryAfterJitterMax)
+	if err != nil {
+		return nil, err
+	}
+	a := &Advanced{
+		reg:       reg,
+		namespace: c.Namespace,
+		base:      base,
+		keys: keySpec{
+			id:         c.Identifier,
+			compound:   c.CompoundIdentifier,
+			counterKey: deref(c.CounterKey),
+			headerName: deref(c.HeaderName),
+			path:       deref(c.Path),
+		},
+		enforce:    c.EnforceConsumerGroups,
+		hide:       c.HideClientHeaders,
+		ietf:       c.Sluice.IETFHeaders,
+		shadow:     c.Sluice.Shadow,
+		errorCode:  int(c.ErrorCode),
+		body:       messageBody(c.ErrorMessage),
+		throttling: c.Throttling,
+	}
+	windows := append([]time.Duration(nil), windowDurations(c.WindowSize)...)
+	for _, g := range c.ConsumerGroups {
+		a.groups = append(a.groups, g)
+		o := c.Overrides[g]
+		if o == nil {
+			a.overrides = append(a.overrides, nil)
+			continue
+		}
+		// An override replaces limits, windows, window type and jitter;
+		// the rest is the plugin's (spec §6.2).
+		p, err := newPlan(o.Limit, o.WindowSize, o.WindowType, c.DisablePenalty, o.RetryAfterJitterMax)
+		if err != nil {
+			return nil, fmt.Errorf("consumer group %q override: %w", g, err)
+		}
+		a.overrides = append(a.overrides, p)
+		windows = append(windows, windowDurations(o.WindowSize)...)
+	}
+	syncRate := -1.0
+	if c.SyncRate != nil {
+		syncRate = *c.SyncRate
+	}
+	a.storeKey, a.store, err = reg.storeFor(c.Namespace, c.Strategy, syncRate, &c.Redis, windows)
+	if err != nil {
+		return nil, fmt.Errorf("policy: building %s store of namespace %q: %w", c.Strategy, c.Namespace, err)
+	}
+	return a, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// Close gives back the limiter's reference on its namespace's store; the
+// store closes with the last reference. Checks after Close fail.
+func (a *Advanced) Close() error { return a.reg.release(a.storeKey) }
+
+// Namespace returns the namespace the counters live in.
+func (a *Advanced) Namespace() string { return a.namespace }
+
+// selectPlan picks the plugin's plan or a legacy consumer-group override
+// (spec §6.2): the first entry of consumer_groups that the consumer belongs
+// to decides, with its override if it has one.
+func (a *Advanced) selectPlan(r *Request) *plan {
+	if !a.enforce || r.Consumer.ID == "" || len(r.Groups) == 0 {
+		return a.base
+	}
+	for i, ref := range a.groups {
+		for _, g := range r.Groups {
+			if g.matches(ref) {
+				if a.overrides[i] != nil {
+					return a.overrides[i]
+				}
+				return a.base
+			}
+		}
+	}
+	return a.base
+}
+
+// Check decides r (spec §2.4-§3.4): it counts the request in every window
+// of the effective plan, in order, under the counter key of r, and returns
+// the verdict with its headers. With throttling enabled a request that
+// would be rejected waits in the waiting room (spec §2.12): Check then
+// blocks for up to interval*retry_times, and returns at once with ctx's
+// error when ctx ends (the client is gone).
+//
+// A store failure is not a rejection: Kong's rate-limiting-advanced never
+// fails a request because of its store. Check then returns an allowing
+// Result without headers together with the error, for logging; the Redis
+// store already falls back to local counting on its own.
+func (a *Advanced) Check(ctx context.Context, r *Request) (Result, error) {
+	now := r.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	key := a.keys.key(r)
+	p := a.selectPlan(r)
+	sr := ratelimit.Request{Key: key, Limits: p.limits, Now: now, Penalty: p.penalty}
+	d, err := a.store.Take(ctx, sr)
+	if err != nil {
+		return Result{Allowed: true, Key: key}, fmt.Errorf("policy: checking namespace %q: %w", a.namespace, err)
+	}
+	retries := 0
+	if !d.Allowed && a.throttling.Enabled && !a.shadow {
+		d, now, retries, err = a.wait(ctx, &sr, d, now)
+		if err != nil {
+			res := a.result(p, key, &d, now)
+			res.Retries = retries
+			return res, err
+		}
+	}
+	res := a.result(p, key, &d, now)
+	res.Retries = retries
+	return res, nil
+}
+
+// result turns a decision into the response.
+func (a *Advanced) result(p *plan, key string, d *ratelimit.Decision, now time.Time) Result {
+	res := Result{Allowed: d.Allowed, Denied: !d.Allowed, Key: key}
+	if d.Len() == 0 {
+		// A store failure admitted the request: no headers to send.
+		return res
+	}
+	if a.shadow {
+		res.Allowed = true
+		return res
+	}
+	if !d.Allowed {
+		res.Status = a.errorCode
+		res.Body = a.body
+	}
+	if a.hide {
+		if !d.Allowed {
+			res.Headers = []Header{{hdrContentType, contentTypeJSON}}
+		}
+		return res
+	}
+	var ws [8]window
+	v := headerValues{windows: ws[:0], ietf: a.ietf, rejected: !d.Allowed}
+	for i := 0; i < d.Len(); i++ {
+		s := d.State(i)
+		v.windows = append(v.windows, window{limit: s.Limit.Count, remaining: s.Remaining})
+	}
+	v.reported = d.Reported()
+	v.reset = a.reset(p, key, d, v.reported, now)
+	if !d.Allowed {
+		v.retryAfter = v.reset + jitter(p.jitterMax, a.reg.opts.Rand)
+	}
+	res.Headers = p.headers.build(&v)
+	return res
+}
+
+// reset computes RateLimit-Reset for the reported window (spec §2.5):
+// the seconds left in the window, and for a sliding window whose rate is
+// above its limit the time the excess needs to drain. A sliding window
+// that is over its limit pins the window start at which it first was, so
+// under continuous overload the first term decays to 1.
+func (a *Advanced) reset(p *plan, key string, d *ratelimit.Decision, i int, now time.Time) int64 {
+	s := d.State(i)
+	w := p.secs[i]
+	nowS := now.Unix()
+	start := nowS - floorMod(nowS, w)
+	if p.fixed {
+		a.reg.pins.unpin(pinKey{a.namespace, key, w})
+		return max(1, w-(nowS-start))
+	}
+	limit := float64(s.Limit.Count)
+	if s.Used > limit {
+		start = a.reg.pins.pin(pinKey{a.namespace, key, w}, start, nowS)
+	} else {
+		a.reg.pins.unpin(pinKey{a.namespace, key, w})
+	}
+	base := max(1, w-(nowS-start))
+	over := max(0, (s.Used-limit)/limit*float64(w))
+	return int64(math.Ceil(float64(base) + over))
+}
+
+// jitter returns the extra seconds added to Retry-After (spec §2.6): 0
+// without jitter, else floor(U*max)+1, an integer in 1..ceil(max).
+func jitter(maxJitter float64, rnd func() float64) int64 {
+	if maxJitter <= 0 {
+		return 0
+	}
+	return int64(math.Floor(rnd()*maxJitter)) + 1
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+func floorMod(a, b int64) int64 { return a - floorDiv(a, b)*b }

@@ -1,0 +1,278 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/seed-008287da/sluice/ratelimit"
+)
+
+// Scope is the scope of a rate-limiting plugin instance: the route and
+// service it is attached to, empty when it is not. The OSS plugin's
+// counters belong to a scope (spec §5.4): a global instance shares one
+// counter per identifier across all services.
+type Scope struct {
+	RouteID   string
+	ServiceID string
+}
+
+// nullID is how Kong writes an unset scope in counter keys.
+const nullID = "00000000-0000-0000-0000-000000000000"
+
+// basicNamespace is the store namespace of every rate-limiting instance:
+// the scope is part of the key instead, as in Kong's shared dictionary.
+const basicNamespace = "kong-rate-limiting"
+
+// Basic is a compiled OSS rate-limiting plugin instance. It is safe for
+// concurrent use.
+type Basic struct {
+	reg      *Registry
+	storeKey storeKey
+	store    ratelimit.Store
+	scope    [2]string
+	keys     keySpec
+	policy   string
+
+	// short holds the second..day periods, decided together in one store
+	// call; calendar holds month and year, each decided in its own call
+	// (see Check).
+	short     []period
+	shortLims []ratelimit.Limit
+	calendar  []period
+	all       []period
+	headers   headerPlan
+
+	faultTolerant bool
+	hide          bool
+	ietf          bool
+	shadow        bool
+	errorCode     int
+	body          []byte
+}
+
+// failureBody is Kong's message when the store fails and fault_tolerant
+// is off.
+var failureBody = messageBody("An unexpected error occurred")
+
+// NewBasic compiles cfg for an instance of the given scope. Empty scope
+// ids default to cfg's Kong-added route_id and service_id, so a Kong
+// plugin adapter may pass the zero Scope.
+func NewBasic(cfg *BasicConfig, scope Scope, reg *Registry) (*Basic, error) {
+	c := *cfg
+	d := &decoder{}
+	validateBasic(d, &c)
+	if c.ErrorCode < 100 || c.ErrorCode > 999 {
+		d.fail(pathConfig+".error_code", "error_code must be a whole HTTP status between 100 and 999")
+	}
+	if len(d.errs) > 0 {
+		return nil, &ValidationError{Errors: d.errs}
+	}
+	if scope.RouteID == "" {
+		scope.RouteID = c.Kong.RouteID
+	}
+	if scope.ServiceID == "" {
+		scope.ServiceID = c.Kong.ServiceID
+	}
+	b := &Basic{
+		reg:           reg,
+		scope:         [2]string{orNull(scope.RouteID), orNull(scope.ServiceID)},
+		keys:          keySpec{id: c.LimitBy, headerName: deref(c.HeaderName), path: deref(c.Path)},
+		policy:        c.Policy,
+		faultTolerant: c.FaultTolerant,
+		hide:          c.HideClientHeaders,
+		ietf:          c.Sluice.IETFHeaders,
+		shadow:        c.Sluice.Shadow,
+		errorCode:     int(c.ErrorCode),
+		body:          messageBody(c.ErrorMessage),
+	}
+	b.all = c.periods()
+	names, titles := make([]string, len(b.all)), make([]string, len(b.all))
+	limits, secs := make([]int64, len(b.all)), make([]int64, len(b.all))
+	var windows []time.Duration
+	for i, p := range b.all {
+		names[i], titles[i], limits[i], secs[i] = p.name, p.title, p.limit, int64(p.len/time.Second)
+		windows = append(windows, p.len)
+		if p.name == "month" || p.name == "year" {
+			b.calendar = append(b.calendar, p)
+			continue
+		}
+		b.short = append(b.short, p)
+		b.shortLims = append(b.shortLims, ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Count: p.limit, Window: p.len})
+	}
+	b.headers = newHeaderPlan(names, titles, limits, secs)
+	var err error
+	b.storeKey, b.store, err = reg.storeFor(basicNamespace, c.Policy, c.SyncRate, &c.Redis, windows)
+	if err != nil {
+		return nil, fmt.Errorf("policy: building %s store for rate-limiting: %w", c.Policy, err)
+	}
+	return b, nil
+}
+
+func orNull(id string) string {
+	if id == "" {
+		return nullID
+	}
+	return id
+}
+
+// Close gives back the limiter's reference on its store.
+func (b *Basic) Close() error { return b.reg.release(b.storeKey) }
+
+// calendarStart returns the start of the UTC calendar month or year that
+// holds now.
+func calendarStart(name string, now time.Time) time.Time {
+	u := now.UTC()
+	if name == "year" {
+		return time.Date(u.Year(), time.January, 1, 0, 0, 0, 0, time.UTC)
+	}
+	return time.Date(u.Year(), u.Month(), 1, 0, 0, 0, 0, time.UTC)
+}
+
+// Check decides r as the OSS plugin does (spec §5.3): allowed iff every
+// period's count before this request is below its limit; an allowed
+// request is counted in every period. With the local policy a denied
+// request is not counted; with redis it is (Kong increments first).
+//
+// Periods from second to day are UTC-aligned fixed windows decided in one
+// store call. Month and year are calendar periods (a month starts on the
+// 1st at 00:00 UTC): each is decided in a call of its own, keyed by its
+// start, after the shorter periods, so a request that only a calendar
+// period rejects stays counted in the shorter periods (see the
+// compatibility document).
+//
+// A store failure with fault_tolerant set admits the request without
+// headers and returns the error for logging; without fault_tolerant the
+// Result is a 500 with Kong's message, and the error is returned too.
+func (b *Basic) Check(ctx context.Context, r *Request) (Result, error) {
+	now := r.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	id := b.keys.key(r)
+	key := ratelimit.Key(b.scope[0], b.scope[1], id)
+	penalty := b.policy == StrategyRedis
+
+	// usage[i] is period i's count before this request, as Kong reads it.
+	var usage [6]int64
+	n := 0
+	denied := -1
+	if len(b.short) > 0 {
+		d, err := b.store.Take(ctx, ratelimit.Request{Key: key, Limits: b.shortLims, Now: now, Penalty: penalty})
+		if err != nil {
+			return b.failed(key, err)
+		}
+		if !d.Allowed {
+			denied = d.Denied
+		}
+		for i := 0; i < d.Len(); i++ {
+			s := d.State(i)
+			if denied < 0 || i <= denied {
+				usage[n] = int64(s.Used) - 1 // Used includes this request
+			} else {
+				// Read after the denial: the SDK weighs the previous window
+				// in (Kong's RLA read rule), the closest to a count it
+				// reports.
+				usage[n] = s.Limit.Count - s.Remaining
+			}
+			n++
+		}
+	}
+	for _, p := range b.calendar {
+		start := calendarStart(p.name, now)
+		// The counter is keyed by the period's start and decided at that
+		// instant: its window (longer than any calendar period) then never
+		// rolls over while the period lasts.
+		lim := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Count: p.limit, Window: calendarWindow(p.name)}
+		ck := ratelimit.Key(b.scope[0], b.scope[1], id, p.name, strconv.FormatInt(start.Unix(), 10))
+		if denied >= 0 {
+			// Already denied: report the period without counting. A read
+			// is a Take that cannot pass: the cost exceeds the limit.
+			d, err := b.store.Take(ctx, ratelimit.Request{Key: ck, Limits: []ratelimit.Limit{lim}, Cost: p.limit + 1, Now: start})
+			if err != nil {
+				return b.failed(key, err)
+			}
+			// The cost was limit+1: the count before it is Used-(limit+1).
+			usage[n] = int64(d.State(0).Used) - p.limit - 1
+			n++
+			continue
+		}
+		d, err := b.store.Take(ctx, ratelimit.Request{Key: ck, Limits: []ratelimit.Limit{lim}, Now: start, Penalty: penalty})
+		if err != nil {
+			return b.failed(key, err)
+		}
+		usage[n] = int64(d.State(0).Used) - 1
+		if !d.Allowed {
+			denied = n
+		}
+		n++
+	}
+	return b.result(key, usage[:n], denied, now), nil
+}
+
+// calendarWindow is the store window of a calendar period: longer than any
+// month (or year), so that decided at the period's start it never rolls
+// over, and short enough that the counter expires soon after the period.
+func calendarWindow(name string) time.Duration {
+	if name == "year" {
+		return 367 * 24 * time.Hour
+	}
+	return 32 * 24 * time.Hour
+}
+
+// failed is the result of a store failure (spec §5.3 step 6).
+func (b *Basic) failed(key string, err error) (Result, error) {
+	err = fmt.Errorf("policy: checking rate-limiting counters: %w", err)
+	if b.faultTolerant || b.shadow {
+		return Result{Allowed: true, Key: key}, err
+	}
+	return Result{Denied: true, Status: 500, Body: failureBody, Key: key,
+		Headers: []Header{{hdrContentType, contentTypeJSON}}}, err
+}
+
+// result builds the OSS response (spec §5.3 steps 3-4).
+func (b *Basic) result(key string, usage []int64, denied int, now time.Time) Result {
+	res := Result{Allowed: denied < 0, Denied: denied >= 0, Key: key}
+	if b.shadow {
+		res.Allowed = true
+		return res
+	}
+	if res.Denied {
+		res.Status = b.errorCode
+		res.Body = b.body
+	}
+	if b.hide {
+		if res.Denied {
+			res.Headers = []Header{{hdrContentType, contentTypeJSON}}
+		}
+		return res
+	}
+	var ws [6]window
+	v := headerValues{windows: ws[:len(usage)], ietf: b.ietf, rejected: res.Denied}
+	for i, u := range usage {
+		rem := b.all[i].limit - u
+		if denied < 0 || i == denied {
+			rem-- // this request
+		}
+		ws[i] = window{limit: b.all[i].limit, remaining: max(0, rem)}
+		// Smallest remaining; on a tie the longer period (later index).
+		if i == 0 || ws[i].remaining <= ws[v.reported].remaining {
+			v.reported = i
+		}
+	}
+	p := b.all[v.reported]
+	var start time.Time
+	if p.name == "month" || p.name == "year" {
+		start = calendarStart(p.name, now)
+	} else {
+		secs := int64(p.len / time.Second)
+		start = time.Unix(now.Unix()-floorMod(now.Unix(), secs), 0)
+	}
+	v.reset = max(1, int64(p.len/time.Second)-int64(now.Sub(start)/time.Second))
+	if res.Denied {
+		v.retryAfter = v.reset
+	}
+	res.Headers = b.headers.build(&v)
+	return res
+}

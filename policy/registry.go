@@ -1,0 +1,181 @@
+package policy
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/seed-008287da/sluice/ratelimit"
+)
+
+// A Registry owns the counter stores of a process, keyed by namespace and
+// store settings, and the pins of the reset rule. Limiters compiled from
+// successive configs share it, so a reload that keeps a namespace and its
+// strategy keeps the counters: build the new limiter, swap it in, then
+// Close the old one.
+//
+// Create one Registry per process with NewRegistry and Close it at exit. A
+// Registry is safe for concurrent use.
+type Registry struct {
+	opts RegistryOptions
+
+	mu     sync.Mutex
+	stores map[storeKey]*storeEntry
+	closed bool
+
+	pins pinTable
+
+	// leaseIDs makes waiting-room lease ids unique across processes that
+	// share a Redis.
+	leasePrefix string
+	leaseSeq    atomic.Uint64
+}
+
+// RegistryOptions configures a Registry. The zero value is ready to use.
+type RegistryOptions struct {
+	// NewLocalStore builds the store of one namespace of the local strategy
+	// (and of cluster, which sluice runs as local). Nil means the default
+	// in-process store.
+	NewLocalStore func(namespace string) (ratelimit.Store, error)
+	// NewRedisStore builds the store of one namespace of the redis strategy.
+	// Nil means the default Redis store, which shares one client per
+	// distinct Redis config.
+	NewRedisStore func(cfg RedisStoreConfig) (ratelimit.Store, error)
+	// Rand returns a uniform number in [0, 1) for the Retry-After jitter.
+	// Nil means math/rand/v2's Float64. It must be safe for concurrent use.
+	Rand func() float64
+}
+
+// RedisStoreConfig is what a Redis store of one namespace is built from.
+type RedisStoreConfig struct {
+	Namespace string
+	Redis     RedisConfig
+	// SyncRate is Kong's sync_rate in seconds: 0 synchronous, > 0 periodic,
+	// -1 never (node-local counting).
+	SyncRate float64
+	// Windows are the window sizes the namespace uses (plugin windows and
+	// override windows), for stores that fetch whole windows.
+	Windows []time.Duration
+}
+
+type storeKey struct {
+	namespace string
+	backend   string // "local", or "redis" and the fingerprint of its config
+}
+
+type storeEntry struct {
+	store ratelimit.Store
+	refs  int
+}
+
+// NewRegistry returns an empty Registry.
+func NewRegistry(opts RegistryOptions) *Registry {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+).
+	r := &Registry{opts: opts, stores: make(map[storeKey]*storeEntry), leasePrefix: hex.EncodeToString(b) + "-"}
+	if r.opts.Rand == nil {
+		r.opts.Rand = mrand.Float64
+	}
+	r.pins.init()
+	return r
+}
+
+// acquire returns the store for key, building it with build on first use,
+// and takes a reference that release gives back.
+func (r *Registry) acquire(k storeKey, build func() (ratelimit.Store, error)) (ratelimit.Store, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, ErrClosed
+	}
+	if e, ok := r.stores[k]; ok {
+		e.refs++
+		return e.store, nil
+	}
+	s, err := build()
+	if err != nil {
+		return nil, err
+	}
+	r.stores[k] = &storeEntry{store: s, refs: 1}
+	return s, nil
+}
+
+// release gives back a reference; the store is closed with the last one.
+func (r *Registry) release(k storeKey) error {
+	r.mu.Lock()
+	e, ok := r.stores[k]
+	if !ok || r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	e.refs--
+	if e.refs > 0 {
+		r.mu.Unlock()
+		return nil
+	}
+	delete(r.stores, k)
+	r.mu.Unlock()
+	r.pins.dropNamespace(k.namespace)
+	if err := e.store.Close(); err != nil {
+		return fmt.Errorf("policy: closing store of namespace %q: %w", k.namespace, err)
+	}
+	return nil
+}
+
+// Close closes every store. Limiters bound to the Registry fail with
+// ErrClosed afterwards (stores report their own closed error).
+func (r *Registry) Close() error {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil
+	}
+	r.closed = true
+	stores := r.stores
+	r.stores = nil
+	r.mu.Unlock()
+	var errs []error
+	for k, e := range stores {
+		if err := e.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("policy: closing store of namespace %q: %w", k.namespace, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// storeFor returns the store of a namespace with the given strategy.
+func (r *Registry) storeFor(namespace, strategy string, syncRate float64, redis *RedisConfig, windows []time.Duration) (storeKey, ratelimit.Store, error) {
+	switch strategy {
+	case StrategyLocal, StrategyCluster:
+		k := storeKey{namespace: namespace, backend: StrategyLocal}
+		s, err := r.acquire(k, func() (ratelimit.Store, error) {
+			if r.opts.NewLocalStore != nil {
+				return r.opts.NewLocalStore(namespace)
+			}
+			return newDefaultLocalStore(namespace)
+		})
+		return k, s, err
+	case StrategyRedis:
+		k := storeKey{namespace: namespace, backend: "redis " + redisFingerprint(redis) + " sync " + strconv.FormatFloat(syncRate, 'g', -1, 64)}
+		s, err := r.acquire(k, func() (ratelimit.Store, error) {
+			cfg := RedisStoreConfig{Namespace: namespace, Redis: *redis, SyncRate: syncRate, Windows: windows}
+			if r.opts.NewRedisStore != nil {
+				return r.opts.NewRedisStore(cfg)
+			}
+			return newDefaultRedisStore(cfg)
+		})
+		return k, s, err
+	}
+	return storeKey{}, nil, fmt.Errorf("%w: %q", ErrStrategyUnavailable, strategy)
+}
+
+// leaseID returns an id unique to this process and call.
+func (r *Registry) leaseID() string {
+	return r.leasePrefix + strconv.FormatUint(r.leaseSeq.Add(1), 10)
+}

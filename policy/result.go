@@ -1,0 +1,252 @@
+package policy
+
+import (
+	"encoding/json"
+	"strconv"
+)
+
+// Header is one response header.
+type Header struct {
+	Name  string
+	Value string
+}
+
+// A Result is the answer to one Check. Adapters apply it as it is: when
+// Allowed, set Headers on the response and proxy the request; otherwise
+// respond with Status, Headers and Body. Nothing in it needs deciding again.
+type Result struct {
+	// Allowed reports whether the request may proceed. In shadow mode it is
+	// always true.
+	Allowed bool
+	// Denied reports whether the policy denied the request: Allowed's
+	// opposite, except in shadow mode, where a denial is only reported.
+	Denied bool
+	// Status is the status of the rejection (error_code, or 500 for a
+	// rate-limiting plugin without fault_tolerant whose store failed); 0
+	// when Allowed.
+	Status int
+	// Body is the rejection body, JSON; nil when Allowed. It is shared by
+	// every result of one limiter and must not be modified.
+	Body []byte
+	// Headers are the response headers in the order Kong sets them: per
+	// window X-RateLimit-Limit-<name> and X-RateLimit-Remaining-<name>, then
+	// RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset, Retry-After
+	// when denied, the IETF pair when enabled, and Content-Type on a
+	// rejection. Empty when the headers are hidden, in shadow mode and when
+	// the store failed.
+	Headers []Header
+	// Key is the counter key the request was counted under.
+	Key string
+	// Retries is how many times a throttled request was evaluated again in
+	// the waiting room; 0 when it never waited.
+	Retries int
+}
+
+// Header names. Kong's code writes the window names lower case; header
+// names are case-insensitive.
+const (
+	hdrLimitPrefix     = "X-RateLimit-Limit-"
+	hdrRemainingPrefix = "X-RateLimit-Remaining-"
+	hdrLimit           = "RateLimit-Limit"
+	hdrRemaining       = "RateLimit-Remaining"
+	hdrReset           = "RateLimit-Reset"
+	hdrRetryAfter      = "Retry-After"
+	hdrPolicy          = "RateLimit-Policy"
+	hdrRateLimit       = "RateLimit"
+	hdrContentType     = "Content-Type"
+	contentTypeJSON    = "application/json; charset=utf-8"
+)
+
+// messageBody returns the exact body of a rejection: {"message":"..."}.
+func messageBody(msg string) []byte {
+	b, _ := json.Marshal(struct {
+		Message string `json:"message"`
+	}{msg}) // a struct of one string always marshals
+	return b
+}
+
+// window is one evaluated window as the headers show it.
+type window struct {
+	limit     int64
+	remaining int64
+}
+
+// headerWindow names one window's headers, computed once per limiter.
+type headerWindow struct {
+	limitName, remainingName string
+	// skip is set when a later window has the same name: Kong's later
+	// window overwrites the earlier one's headers, so only one pair is
+	// sent, with the later values.
+	skip bool
+	// ietfName is the window's policy name in the IETF headers.
+	ietfName string
+}
+
+// headerPlan is the precomputed header layout of one set of windows.
+type headerPlan struct {
+	windows []headerWindow
+	// policy is the IETF RateLimit-Policy value; it depends only on the
+	// config.
+	policy string
+}
+
+func newHeaderPlan(names, titles []string, limits []int64, windowSecs []int64) headerPlan {
+	hp := headerPlan{windows: make([]headerWindow, len(names))}
+	for i, n := range names {
+		title := titles[i]
+		hp.windows[i] = headerWindow{limitName: hdrLimitPrefix + title, remainingName: hdrRemainingPrefix + title, ietfName: n}
+		for j := i + 1; j < len(names); j++ {
+			if names[j] == n {
+				hp.windows[i].skip = true
+			}
+		}
+	}
+	var b []byte
+	first := true
+	for i := range hp.windows {
+		if hp.windows[i].skip {
+			continue
+		}
+		if !first {
+			b = append(b, ", "...)
+		}
+		first = false
+		b = append(b, '"')
+		b = append(b, hp.windows[i].ietfName...)
+		b = append(b, `";q=`...)
+		b = strconv.AppendInt(b, limits[i], 10)
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, windowSecs[i], 10)
+	}
+	hp.policy = string(b)
+	return hp
+}
+
+// headerValues is what one response's headers say.
+type headerValues struct {
+	windows    []window // per window, in plan order
+	reported   int      // index of the window the RateLimit-* headers describe
+	reset      int64    // RateLimit-Reset, seconds
+	retryAfter int64    // Retry-After when > 0 (only on denials)
+	ietf       bool
+	rejected   bool
+}
+
+// build writes the headers of one response. It makes two allocations: the
+// header slice and one string holding every value.
+func (hp *headerPlan) build(v *headerValues) []Header {
+	n := 3
+	for i := range hp.windows {
+		if !hp.windows[i].skip {
+			n += 2
+		}
+	}
+	if v.retryAfter > 0 {
+		n++
+	}
+	if v.ietf {
+		n += 2
+	}
+	if v.rejected {
+		n++
+	}
+	hs := make([]Header, 0, n)
+
+	// Values go into one buffer, turned into one string, then sliced.
+	var arr [256]byte
+	buf := arr[:0]
+	var ends [40]int
+	k := 0
+	mark := func() {
+		if k < len(ends) {
+			ends[k] = len(buf)
+		}
+		k++
+	}
+	for i := range hp.windows {
+		if hp.windows[i].skip {
+			continue
+		}
+		buf = strconv.AppendInt(buf, v.windows[i].limit, 10)
+		mark()
+		buf = strconv.AppendInt(buf, v.windows[i].remaining, 10)
+		mark()
+	}
+	rep := v.windows[v.reported]
+	buf = strconv.AppendInt(buf, rep.limit, 10)
+	mark()
+	buf = strconv.AppendInt(buf, rep.remaining, 10)
+	mark()
+	buf = strconv.AppendInt(buf, v.reset, 10)
+	mark()
+	if v.retryAfter > 0 {
+		buf = strconv.AppendInt(buf, v.retryAfter, 10)
+		mark()
+	}
+	if v.ietf {
+		buf = append(buf, '"')
+		buf = append(buf, hp.windows[v.reported].ietfName...)
+		buf = append(buf, `";r=`...)
+		buf = strconv.AppendInt(buf, rep.remaining, 10)
+		buf = append(buf, ";t="...)
+		buf = strconv.AppendInt(buf, v.reset, 10)
+		mark()
+	}
+	all := string(buf)
+	if k > len(ends) {
+		// More windows than the inline index holds: fall back to one string
+		// per value (never reached with Kong-sized configs).
+		return hp.buildSlow(v, hs)
+	}
+	k = 0
+	start := 0
+	next := func() string {
+		s := all[start:ends[k]]
+		start = ends[k]
+		k++
+		return s
+	}
+	for i := range hp.windows {
+		if hp.windows[i].skip {
+			continue
+		}
+		hs = append(hs, Header{hp.windows[i].limitName, next()}, Header{hp.windows[i].remainingName, next()})
+	}
+	hs = append(hs, Header{hdrLimit, next()}, Header{hdrRemaining, next()}, Header{hdrReset, next()})
+	if v.retryAfter > 0 {
+		hs = append(hs, Header{hdrRetryAfter, next()})
+	}
+	if v.ietf {
+		hs = append(hs, Header{hdrPolicy, hp.policy}, Header{hdrRateLimit, next()})
+	}
+	if v.rejected {
+		hs = append(hs, Header{hdrContentType, contentTypeJSON})
+	}
+	return hs
+}
+
+func (hp *headerPlan) buildSlow(v *headerValues, hs []Header) []Header {
+	itoa := func(n int64) string { return strconv.FormatInt(n, 10) }
+	for i := range hp.windows {
+		if hp.windows[i].skip {
+			continue
+		}
+		hs = append(hs, Header{hp.windows[i].limitName, itoa(v.windows[i].limit)}, Header{hp.windows[i].remainingName, itoa(v.windows[i].remaining)})
+	}
+	rep := v.windows[v.reported]
+	hs = append(hs, Header{hdrLimit, itoa(rep.limit)}, Header{hdrRemaining, itoa(rep.remaining)}, Header{hdrReset, itoa(v.reset)})
+	if v.retryAfter > 0 {
+		hs = append(hs, Header{hdrRetryAfter, itoa(v.retryAfter)})
+	}
+	if v.ietf {
+		hs = append(hs, Header{hdrPolicy, hp.policy},
+			Header{hdrRateLimit, `"` + hp.windows[v.reported].ietfName + `";r=` + itoa(rep.remaining) + ";t=" + itoa(v.reset)})
+	}
+	if v.rejected {
+		hs = append(hs, Header{hdrContentType, contentTypeJSON})
+	}
+	return hs
+}
+
+// rejectionHeaders is the header list of a rejection with hidden headers.
+var rejectionHeaders = []Header{{hdrContentType, contentTypeJSON}}
