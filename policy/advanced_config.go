@@ -229,8 +229,8 @@ func ParseAdvanced(raw []byte) (*AdvancedConfig, error) {
 		return nil, &ValidationError{Errors: d.errs}
 	}
 	cfg.Kong = readKongKeys(f)
-	limits, hasLimit := f.numbers("limit")
-	windows, hasWindow := f.numbers("window_size")
+	limits, hasLimit, okLimit := f.numbers("limit")
+	windows, hasWindow, okWindow := f.numbers("window_size")
 	if !hasLimit {
 		d.fail(f.at("limit"), msgRequired)
 	}
@@ -284,7 +284,7 @@ func ParseAdvanced(raw []byte) (*AdvancedConfig, error) {
 	}
 
 	// Entity checks, in Kong's order.
-	if hasLimit && hasWindow {
+	if okLimit && okWindow {
 		if len(limits) != len(windows) {
 			d.fail(f.at("window_size"), msgSameCount)
 		} else {
@@ -507,8 +507,8 @@ func ParseOverride(raw []byte) (*OverrideConfig, error) {
 	if f == nil {
 		return nil, &ValidationError{Errors: d.errs}
 	}
-	limits, hasLimit := f.numbers("limit")
-	windows, hasWindow := f.numbers("window_size")
+	limits, hasLimit, okLimit := f.numbers("limit")
+	windows, hasWindow, okWindow := f.numbers("window_size")
 	if !hasLimit {
 		d.fail(f.at("limit"), msgRequired)
 	}
@@ -518,7 +518,7 @@ func ParseOverride(raw []byte) (*OverrideConfig, error) {
 	f.enumString("window_type", &o.WindowType, WindowSliding, WindowFixed)
 	f.reqNumber("retry_after_jitter_max", &o.RetryAfterJitterMax)
 	f.done()
-	if hasLimit && hasWindow {
+	if okLimit && okWindow {
 		if len(limits) != len(windows) {
 			d.fail(f.at("window_size"), msgSameCount)
 		} else {

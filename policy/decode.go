@@ -275,27 +275,29 @@ func (f *fields) optInt(name string, dst **int64, lo, hi int64) {
 }
 
 // numbers reads an array of numbers. present is false when the field is
-// absent or null.
-func (f *fields) numbers(name string) (vs []float64, present bool) {
+// absent or null; valid is false when it holds something else.
+func (f *fields) numbers(name string) (vs []float64, present, valid bool) {
 	raw, k := f.take(name)
 	if k != kindValue {
-		return nil, false
+		return nil, false, false
 	}
 	items, ok := asArray(raw)
 	if !ok {
 		f.d.fail(f.at(name), msgArray)
-		return nil, true
+		return nil, true, false
 	}
 	vs = make([]float64, len(items))
+	valid = true
 	for i, it := range items {
 		v, ok := asNumber(it)
 		if !ok {
 			f.d.fail(f.at(name)+"["+strconv.Itoa(i)+"]", msgNumber)
+			valid = false
 			continue
 		}
 		vs[i] = v
 	}
-	return vs, true
+	return vs, true, valid
 }
 
 // strings reads a nullable array of strings; each item must be one of

@@ -247,6 +247,3 @@ func (hp *headerPlan) buildSlow(v *headerValues, hs []Header) []Header {
 	}
 	return hs
 }
-
-// rejectionHeaders is the header list of a rejection with hidden headers.
-var rejectionHeaders = []Header{{hdrContentType, contentTypeJSON}}

@@ -5,10 +5,12 @@ import (
 	"fmt"
 
 	"github.com/seed-008287da/sluice/ratelimit"
+	"github.com/seed-008287da/sluice/ratelimit/memorystore"
 )
 
-func newDefaultLocalStore(namespace string) (ratelimit.Store, error) {
-	return nil, fmt.Errorf("%w: no local store for namespace %q", ErrStrategyUnavailable, namespace)
+// newDefaultLocalStore returns an in-process store for one namespace.
+func newDefaultLocalStore(string) (ratelimit.Store, error) {
+	return memorystore.New(memorystore.Options{}), nil
 }
 
 func newDefaultRedisStore(cfg RedisStoreConfig) (ratelimit.Store, error) {

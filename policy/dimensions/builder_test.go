@@ -220,4 +220,3 @@ func TestSegment(t *testing.T) {
 		}
 	}
 }
-
