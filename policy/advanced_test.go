@@ -1,0 +1,395 @@
+package policy
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+)
+
+// t0 is an epoch-aligned instant: every window that divides an hour starts
+// here.
+var t0 = time.Unix(1_700_000_000-1_700_000_000%3600, 0)
+
+func at(d time.Duration) time.Time { return t0.Add(d) }
+
+func newRegistry(t *testing.T, opts RegistryOptions) *Registry {
+	t.Helper()
+	reg := NewRegistry(opts)
+	t.Cleanup(func() {
+		if err := reg.Close(); err != nil {
+			t.Errorf("closing registry: %v", err)
+		}
+	})
+	return reg
+}
+
+func newAdvanced(t *testing.T, reg *Registry, raw string) *Advanced {
+	t.Helper()
+	cfg, err := ParseAdvanced([]byte(raw))
+	if err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	a, err := NewAdvanced(cfg, reg)
+	if err != nil {
+		t.Fatalf("compile: %v", err)
+	}
+	t.Cleanup(func() { _ = a.Close() })
+	return a
+}
+
+// hdr returns the value of a header, names compared case-insensitively,
+// and whether it is present.
+func hdr(res Result, name string) (string, bool) {
+	for _, h := range res.Headers {
+		if strings.EqualFold(h.Name, name) {
+			return h.Value, true
+		}
+	}
+	return "", false
+}
+
+// want lists expected headers; "-" means absent.
+type want map[string]string
+
+func checkHeaders(t *testing.T, step int, res Result, w want) {
+	t.Helper()
+	for name, v := range w {
+		got, ok := hdr(res, name)
+		switch {
+		case v == "-" && ok:
+			t.Errorf("step %d: header %s = %q, want absent", step, name, got)
+		case v != "-" && got != v:
+			t.Errorf("step %d: header %s = %q (present %v), want %q", step, name, got, ok, v)
+		}
+	}
+}
+
+// call is one request on a timeline.
+type call struct {
+	t       time.Duration
+	req     Request // Now is set from t
+	allowed bool
+	headers want
+	repeat  int // extra identical calls before this one's checks
+}
+
+type checker interface {
+	Check(context.Context, *Request) (Result, error)
+}
+
+func runCalls(t *testing.T, c checker, calls []call) []Result {
+	t.Helper()
+	var out []Result
+	for i, cl := range calls {
+		r := cl.req
+		if r.ClientIP == "" {
+			r.ClientIP = "10.0.0.1"
+		}
+		r.Now = at(cl.t)
+		var res Result
+		var err error
+		for range cl.repeat + 1 {
+			res, err = c.Check(context.Background(), &r)
+			if err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
+		}
+		if res.Allowed != cl.allowed {
+			t.Fatalf("step %d (t=%s): allowed = %v, want %v (headers %v)", i, cl.t, res.Allowed, cl.allowed, res.Headers)
+		}
+		checkHeaders(t, i, res, cl.headers)
+		out = append(out, res)
+	}
+	return out
+}
+
+// §2.3: W = 60, 30 s into the window, current 10 (this request included),
+// previous 40: weight 0.5, rate 30.
+func TestSlidingRateExample(t *testing.T) {
+	a := newAdvanced(t, newRegistry(t, RegistryOptions{}), `{"limit":[100],"window_size":[60],"namespace":"n"}`)
+	runCalls(t, a, []call{
+		{t: -30 * time.Second, repeat: 39, allowed: true, headers: want{"X-RateLimit-Remaining-Minute": "60"}},
+		{t: 0, repeat: 8, allowed: true},
+		{t: 30 * time.Second, allowed: true, headers: want{
+			"X-RateLimit-Limit-minute": "100", "X-RateLimit-Remaining-minute": "70",
+			"RateLimit-Limit": "100", "RateLimit-Remaining": "70", "RateLimit-Reset": "30", "Retry-After": "-",
+		}},
+	})
+}
+
+// §2.4 step 3 with a fixed window: requests 1..L pass, L+1 is rejected,
+// with the exact body and status, and the reset is the rest of the window.
+func TestFixedWindowLimit(t *testing.T) {
+	a := newAdvanced(t, newRegistry(t, RegistryOptions{}), `{"limit":[3],"window_size":[60],"window_type":"fixed","namespace":"n"}`)
+	res := runCalls(t, a, []call{
+		{t: 10 * time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-minute": "2", "RateLimit-Reset": "50"}},
+		{t: 20 * time.Second, repeat: 1, allowed: true, headers: want{"X-RateLimit-Remaining-minute": "0"}},
+		{t: 59 * time.Second, allowed: false, headers: want{"X-RateLimit-Remaining-minute": "0", "RateLimit-Reset": "1", "Retry-After": "1",
+			"Content-Type": "application/json; charset=utf-8"}},
+		{t: 60 * time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-minute": "2", "RateLimit-Reset": "60"}},
+	})
+	if res[2].Status != 429 || string(res[2].Body) != `{"message":"API rate limit exceeded"}` {
+		t.Errorf("rejection = %d %s", res[2].Status, res[2].Body)
+	}
+}
+
+// §2.4 step 5: without disable_penalty a client that keeps sending stays
+// blocked; with it, some requests get through in every window.
+func TestPenalty(t *testing.T) {
+	count := func(disable bool) int {
+		a := newAdvanced(t, newRegistry(t, RegistryOptions{}),
+			`{"limit":[10],"window_size":[10],"namespace":"n","disable_penalty":`+map[bool]string{true: "true", false: "false"}[disable]+`}`)
+		ok := 0
+		// 4 requests per second for a minute: 40 per window, limit 10.
+		for ms := 0; ms < 60_000; ms += 250 {
+			res, err := a.Check(context.Background(), &Request{ClientIP: "1.1.1.1", Now: at(time.Duration(ms) * time.Millisecond)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Allowed && ms >= 20_000 {
+				ok++
+			}
+		}
+		return ok
+	}
+	if n := count(false); n != 0 {
+		t.Errorf("with penalty: %d requests admitted after the first two windows, want 0", n)
+	}
+	if n := count(true); n < 4*5 {
+		t.Errorf("disable_penalty: %d requests admitted in four windows, want some in each", n)
+	}
+}
+
+// §3.2: limits 3/5 s and 5/10 s; after the third request the 5 s window
+// has 0 left and the 10 s window 2; the RateLimit-* headers describe the
+// 5 s window; further requests are rejected and the 10 s values stay 2.
+func TestMultiWindowHeaders(t *testing.T) {
+	a := newAdvanced(t, newRegistry(t, RegistryOptions{}), `{"limit":[5,3],"window_size":[10,5],"namespace":"n"}`)
+	runCalls(t, a, []call{
+		{t: 0, repeat: 2, allowed: true, headers: want{
+			"X-RateLimit-Limit-5": "3", "X-RateLimit-Remaining-5": "0",
+			"X-RateLimit-Limit-10": "5", "X-RateLimit-Remaining-10": "2",
+			"RateLimit-Limit": "3", "RateLimit-Remaining": "0", "RateLimit-Reset": "5",
+		}},
+		{t: time.Second, allowed: false, headers: want{"X-RateLimit-Remaining-5": "0", "X-RateLimit-Remaining-10": "2", "RateLimit-Limit": "3"}},
+		{t: 2 * time.Second, allowed: false, headers: want{"X-RateLimit-Remaining-10": "2"}},
+	})
+	// Header order: per window in stored order, then RateLimit-*.
+	res, _ := a.Check(context.Background(), &Request{ClientIP: "9.9.9.9", Now: at(0)})
+	var names []string
+	for _, h := range res.Headers {
+		names = append(names, h.Name)
+	}
+	got := strings.Join(names, ",")
+	if got != "X-RateLimit-Limit-5,X-RateLimit-Remaining-5,X-RateLimit-Limit-10,X-RateLimit-Remaining-10,RateLimit-Limit,RateLimit-Remaining,RateLimit-Reset" {
+		t.Errorf("header order %s", got)
+	}
+}
+
+// §3.2 tie rule: equal remaining, the larger window is reported; equal
+// window sizes send one pair of headers, with the later window's values.
+func TestReportedWindowTie(t *testing.T) {
+	a := newAdvanced(t, newRegistry(t, RegistryOptions{}), `{"limit":[2,2],"window_size":[1,60],"window_type":"fixed","namespace":"n"}`)
+	runCalls(t, a, []call{{t: 0, allowed: true, headers: want{"RateLimit-Reset": "60", "RateLimit-Remaining": "1"}}})
+	b := newAdvanced(t, newRegistry(t, RegistryOptions{}), `{"limit":[2,5],"window_size":[60,60],"window_type":"fixed","namespace":"n"}`)
+	res := runCalls(t, b, []call{{t: 0, allowed: true, headers: want{"X-RateLimit-Limit-minute": "5", "X-RateLimit-Remaining-minute": "4", "RateLimit-Remaining": "1"}}})
+	if len(res[0].Headers) != 5 {
+		t.Errorf("headers %v: want one pair for the two 60 s windows", res[0].Headers)
+	}
+}
+
+// §2.5: the reset of an exceeded sliding window adds the time the excess
+// needs to drain, and the pin makes the first term decay to 1 during
+// continuous overload.
+func TestSlidingResetPin(t *testing.T) {
+	a := newAdvanced(t, newRegistry(t, RegistryOptions{}), `{"limit":[2],"window_size":[10],"namespace":"n"}`)
+	runCalls(t, a, []call{
+		{t: 0, repeat: 1, allowed: true, headers: want{"RateLimit-Reset": "10"}},
+		// rate 3 > 2: base 10 - 2 = 8, excess (3-2)/2*10 = 5.
+		{t: 2 * time.Second, allowed: false, headers: want{"RateLimit-Reset": "13", "Retry-After": "13"}},
+		// Next window, still over: prev 3 (the rejection stays counted),
+		// cur 1, weight 0.8: rate 3.4, excess 7; the pinned start t0 gives
+		// base max(1, 10-12) = 1 (unpinned it would be 8).
+		{t: 12 * time.Second, allowed: false, headers: want{"RateLimit-Reset": "8"}},
+	})
+	// Another client is not affected by that pin: rate 3 at 2 s into its
+	// window, base 8, excess 5.
+	runCalls(t, a, []call{
+		{t: 12 * time.Second, req: Request{ClientIP: "10.9.9.9"}, repeat: 2, allowed: false, headers: want{"RateLimit-Reset": "13"}},
+	})
+}
+
+// §2.6: Retry-After = reset + floor(U*max)+1, in 1..ceil(max).
+func TestJitterBounds(t *testing.T) {
+	for _, c := range []struct {
+		u, max float64
+		extra  int64
+	}{{0, 5, 1}, {0.999999, 5, 5}, {0.5, 0.5, 1}, {0.99, 0.5, 1}, {0.2, 3.5, 1}, {0.99, 3.5, 4}} {
+		if got := jitter(c.max, func() float64 { return c.u }); got != c.extra {
+			t.Errorf("jitter(U=%v, max=%v) = %d, want %d", c.u, c.max, got, c.extra)
+		}
+	}
+	u := 0.7
+	reg := newRegistry(t, RegistryOptions{Rand: func() float64 { return u }})
+	a := newAdvanced(t, reg, `{"limit":[1],"window_size":[60],"window_type":"fixed","retry_after_jitter_max":10,"namespace":"n"}`)
+	runCalls(t, a, []call{
+		{t: 0, allowed: true, headers: want{"Retry-After": "-"}},
+		{t: 30 * time.Second, allowed: false, headers: want{"RateLimit-Reset": "30", "Retry-After": "38"}},
+	})
+}
+
+// §3.4 and error_code / error_message.
+func TestHideHeadersAndCustomError(t *testing.T) {
+	a := newAdvanced(t, newRegistry(t, RegistryOptions{}),
+		`{"limit":[1],"window_size":[60],"namespace":"n","hide_client_headers":true,"error_code":403,"error_message":"slow \"down\""}`)
+	res := runCalls(t, a, []call{
+		{t: 0, allowed: true},
+		{t: time.Second, allowed: false},
+	})
+	if len(res[0].Headers) != 0 {
+		t.Errorf("allowed headers %v, want none", res[0].Headers)
+	}
+	if len(res[1].Headers) != 1 || res[1].Headers[0].Name != "Content-Type" {
+		t.Errorf("rejection headers %v, want only Content-Type", res[1].Headers)
+	}
+	if res[1].Status != 403 || string(res[1].Body) != `{"message":"slow \"down\""}` {
+		t.Errorf("rejection %d %s", res[1].Status, res[1].Body)
+	}
+}
+
+// §2.10: two instances with one namespace share counters; a reload (a new
+// instance, old one closed after) keeps them.
+func TestNamespaceSharing(t *testing.T) {
+	reg := newRegistry(t, RegistryOptions{})
+	routeA := newAdvanced(t, reg, `{"limit":[3],"window_size":[60],"namespace":"shared","identifier":"ip"}`)
+	routeB := newAdvanced(t, reg, `{"limit":[3],"window_size":[60],"namespace":"shared","identifier":"ip"}`)
+	other := newAdvanced(t, reg, `{"limit":[3],"window_size":[60],"namespace":"other","identifier":"ip"}`)
+	runCalls(t, routeA, []call{{t: 0, repeat: 2, allowed: true}})
+	runCalls(t, routeB, []call{{t: time.Second, allowed: false}})
+	runCalls(t, other, []call{{t: time.Second, allowed: true}})
+
+	reloaded := newAdvanced(t, reg, `{"limit":[4],"window_size":[60],"namespace":"shared","identifier":"ip"}`)
+	if err := routeA.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := routeB.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// 3 counted plus 1 penalised rejection: the reload sees 4 of 4 used.
+	runCalls(t, reloaded, []call{{t: 2 * time.Second, allowed: false, headers: want{"X-RateLimit-Limit-minute": "4"}}})
+}
+
+// §4.2: identifiers and their fallbacks.
+func TestIdentifiers(t *testing.T) {
+	hdrs := func(m map[string]string) func(string) string {
+		return func(n string) string { return m[strings.ToLower(n)] }
+	}
+	full := Request{
+		ClientIP: "10.0.0.1", Consumer: Consumer{ID: "c-1", Username: "alice", CustomID: "cust-1"},
+		CredentialID: "cred-1", ServiceID: "svc-1", RouteID: "rt-1", Path: "/orders",
+		Header: hdrs(map[string]string{"x-tenant": "acme"}),
+		Groups: []Group{{ID: "g-1", Name: "gold"}}, ScopeGroup: Group{ID: "g-1", Name: "gold"},
+		Dimension: "tenant=acme|plan=pro",
+	}
+	anon := Request{ClientIP: "10.0.0.2", Path: "/other"}
+	cases := []struct {
+		cfg       string
+		req       Request
+		want      string
+		anonymous string
+	}{
+		{`"identifier":"ip"`, full, "10.0.0.1", "10.0.0.2"},
+		{`"identifier":"credential"`, full, "cred-1", "10.0.0.2"},
+		{`"identifier":"consumer"`, full, "c-1", "10.0.0.2"},
+		{`"identifier":"consumer","counter_key":"consumer.username"`, full, "alice", "10.0.0.2"},
+		{`"identifier":"consumer","counter_key":"consumer.custom_id"`, full, "cust-1", "10.0.0.2"},
+		{`"identifier":"service"`, full, "svc-1", "10.0.0.2"},
+		{`"identifier":"route"`, full, "rt-1", "10.0.0.2"},
+		{`"identifier":"header","header_name":"X-Tenant"`, full, "acme", "10.0.0.2"},
+		{`"identifier":"path","path":"/orders"`, full, "/orders", "10.0.0.2"},
+		{`"identifier":"consumer-group"`, full, "g-1", "10.0.0.2"},
+		{`"identifier":"dimension"`, full, "tenant=acme|plan=pro", "10.0.0.2"},
+		{`"compound_identifier":["service","consumer"]`, full, "svc-1:c-1", "10.0.0.2"},
+		// Compound fallback: one item missing abandons the compound key
+		// for the identifier, then the IP.
+		{`"compound_identifier":["consumer","header"],"identifier":"service","header_name":"X-None"`, full, "svc-1", "10.0.0.2"},
+	}
+	for _, c := range cases {
+		a := newAdvanced(t, newRegistry(t, RegistryOptions{}), `{"limit":[5],"window_size":[60],"namespace":"n",`+c.cfg+`}`)
+		r := c.req
+		r.Now = t0
+		res, err := a.Check(context.Background(), &r)
+		if err != nil || res.Key != c.want {
+			t.Errorf("%s: key %q (%v), want %q", c.cfg, res.Key, err, c.want)
+		}
+		an := anon
+		an.Now = t0
+		res, err = a.Check(context.Background(), &an)
+		if err != nil || res.Key != c.anonymous {
+			t.Errorf("%s, anonymous: key %q (%v), want %q", c.cfg, res.Key, err, c.anonymous)
+		}
+	}
+	// consumer-group on an instance not scoped to a group: the IP.
+	a := newAdvanced(t, newRegistry(t, RegistryOptions{}), `{"limit":[5],"window_size":[60],"namespace":"n","identifier":"consumer-group"}`)
+	r := full
+	r.ScopeGroup = Group{}
+	r.Now = t0
+	if res, _ := a.Check(context.Background(), &r); res.Key != "10.0.0.1" {
+		t.Errorf("unscoped consumer-group key %q, want the IP", res.Key)
+	}
+	// A consumer without the counter_key's value falls back to the IP;
+	// a long key is hashed.
+	b := newAdvanced(t, newRegistry(t, RegistryOptions{}), `{"limit":[5],"window_size":[60],"namespace":"n","identifier":"dimension"}`)
+	r = Request{ClientIP: "1.2.3.4", Dimension: strings.Repeat("x", 300), Now: t0}
+	if res, _ := b.Check(context.Background(), &r); len(res.Key) != 64 {
+		t.Errorf("long key %q, want a SHA-256 hex", res.Key)
+	}
+}
+
+// §6.2: legacy overrides, first listed group that the consumer is in
+// decides; a group without an override uses the plugin's limits.
+func TestConsumerGroupOverrides(t *testing.T) {
+	cfg, err := ParseAdvanced([]byte(`{"limit":[1],"window_size":[60],"namespace":"n","enforce_consumer_groups":true,"consumer_groups":["silver","gold","bronze"]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	gold, _ := ParseOverride([]byte(`{"limit":[3],"window_size":[60],"window_type":"fixed"}`))
+	silver, _ := ParseOverride([]byte(`{"limit":[2],"window_size":[30]}`))
+	cfg.Overrides = map[string]*OverrideConfig{"gold": gold, "silver": silver}
+	a, err := NewAdvanced(cfg, newRegistry(t, RegistryOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	req := func(id string, groups ...Group) Request {
+		return Request{ClientIP: "10.0.0.1", Consumer: Consumer{ID: id}, Groups: groups}
+	}
+	runCalls(t, a, []call{
+		{req: req("c1", Group{ID: "g-gold", Name: "gold"}), allowed: true, headers: want{"X-RateLimit-Limit-minute": "3"}},
+		// silver is listed first: it wins over gold.
+		{req: req("c2", Group{Name: "gold"}, Group{ID: "g-silver", Name: "silver"}), allowed: true, headers: want{"X-RateLimit-Limit-minute": "-", "X-RateLimit-Limit-30": "2"}},
+		{req: req("c3", Group{Name: "bronze"}), allowed: true, headers: want{"X-RateLimit-Limit-minute": "1"}},
+		{req: req("c4"), allowed: true, headers: want{"X-RateLimit-Limit-minute": "1"}},
+	})
+	// enforce_consumer_groups off: overrides ignored.
+	cfg.EnforceConsumerGroups = false
+	b, err := NewAdvanced(cfg, newRegistry(t, RegistryOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	runCalls(t, b, []call{{req: req("c1", Group{Name: "gold"}), allowed: true, headers: want{"X-RateLimit-Limit-minute": "1"}}})
+}
+
+// Extensions: IETF headers and shadow mode.
+func TestExtensions(t *testing.T) {
+	a := newAdvanced(t, newRegistry(t, RegistryOptions{}), `{"limit":[10,2],"window_size":[60,1],"namespace":"n","sluice":{"ietf_headers":true}}`)
+	runCalls(t, a, []call{{t: 0, allowed: true, headers: want{
+		"RateLimit-Policy": `"second";q=2;w=1, "minute";q=10;w=60`, "RateLimit": `"second";r=1;t=1`}}})
+	s := newAdvanced(t, newRegistry(t, RegistryOptions{}), `{"limit":[1],"window_size":[60],"namespace":"n","sluice":{"shadow":true}}`)
+	res := runCalls(t, s, []call{{t: 0, allowed: true}, {t: 1, allowed: true}})
+	if res[0].Denied || !res[1].Denied || len(res[1].Headers) != 0 || res[1].Status != 0 {
+		t.Errorf("shadow results %+v", res)
+	}
+}
