@@ -1,0 +1,138 @@
+// Package kongplugin holds the Kong plugin adapters of sluice, written for
+// go-pdk v0.11.0: sluice-rate-limiting (Kong's rate-limiting-advanced over
+// package policy), sluice-dimensions (the business plugin over
+// policy/dimensions) and sluice-concurrency (concurrent-request leases).
+// Each binary under cmd/ serves one plugin with go-pdk's plugin server.
+//
+// Kong starts a plugin instance, with a freshly decoded config struct, for
+// every plugin config, replaces it on every config change, and the go-pdk
+// server drops instances after about 60 s. Everything that must outlive an
+// instance therefore lives in a Process, one per plugin server: counter
+// stores and Redis clients (in a policy.Registry keyed by namespace),
+// compiled configs (cached by the hash of their canonical JSON), lease
+// stores and quota-override watchers. Config structs only point at it.
+//
+// Each PDK call is one IPC round trip to Kong; the handlers read only the
+// attributes their config needs, set all headers in one call and exit with
+// headers included. docs/kong-plugins.md lists the round trips per request.
+package kongplugin
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/Kong/go-pdk"
+
+	"github.com/seed-008287da/sluice/policy"
+	"github.com/seed-008287da/sluice/ratelimit"
+)
+
+// ErrInvalidConfig is wrapped by the error of a plugin config that fails
+// validation. Kong only type-checks external plugin configs, so this is
+// where a bad config shows: every request through the instance gets a 500
+// and the error is logged to Kong's error log.
+var ErrInvalidConfig = errors.New("kongplugin: invalid config")
+
+// ErrClosed is returned by a Process used after Close.
+var ErrClosed = errors.New("kongplugin: process closed")
+
+// Options configures a Process. The zero value is ready to use.
+type Options struct {
+	// Now is the clock of every decision. Nil means time.Now. Tests pass a
+	// fake clock here.
+	Now func() time.Time
+	// Registry owns the counter stores. Nil means a new policy.Registry,
+	// closed by Process.Close; a Registry passed in is not closed.
+	Registry *policy.Registry
+	// Logger receives process-level events that belong to no request
+	// (config-centre errors). Nil means slog.Default(), which a plugin
+	// server's Kong writes to its error log.
+	Logger *slog.Logger
+	// WatchOverrides watches the config centres that sluice-dimensions
+	// configs name for live quota overrides. Nil means configs that name a
+	// source are invalid.
+	WatchOverrides WatchFunc
+	// NewRedisLeaseStore builds the lease store of a sluice-concurrency
+	// namespace with strategy redis. Nil means such configs are invalid.
+	NewRedisLeaseStore func(namespace string, redis RedisConf) (ratelimit.Store, error)
+}
+
+// Process is the state one plugin server keeps across plugin instances. It
+// is safe for concurrent use: Kong runs every event in its own goroutine.
+type Process struct {
+	now       func() time.Time
+	watch     WatchFunc
+	newRedis  func(namespace string, redis RedisConf) (ratelimit.Store, error)
+	log       *slog.Logger
+	registry  *policy.Registry
+	ownsReg   bool
+	dims      compiledCache[*dimsCompiled]
+	conc      compiledCache[*concCompiled]
+	mu        sync.Mutex
+	closed    bool
+	overrides map[string]*overridesWatch
+	leases    map[string]*leaseStore
+}
+
+// NewProcess returns the state of one plugin server.
+func NewProcess(opts Options) *Process {
+	p := &Process{now: opts.Now, watch: opts.WatchOverrides, newRedis: opts.NewRedisLeaseStore, log: opts.Logger, registry: opts.Registry,
+		overrides: map[string]*overridesWatch{}, leases: map[string]*leaseStore{}}
+	if p.now == nil {
+		p.now = time.Now
+	}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	if p.registry == nil {
+		p.registry = policy.NewRegistry(policy.RegistryOptions{})
+		p.ownsReg = true
+	}
+	return p
+}
+
+// Close stops the config-centre watchers and closes the lease stores and
+// the Registry (when the Process created it). Handlers called afterwards
+// answer 500.
+func (p *Process) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	watches, leases := p.overrides, p.leases
+	p.overrides, p.leases = nil, nil
+	p.mu.Unlock()
+	var errs []error
+	for _, w := range watches {
+		w.stop()
+	}
+	for _, l := range leases {
+		if err := l.store.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("kongplugin: closing lease store: %w", err))
+		}
+	}
+	if p.ownsReg {
+		if err := p.registry.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// internalErrorBody is Kong's body for an unexpected error.
+var internalErrorBody = []byte(`{"message":"An unexpected error occurred"}`)
+
+// failConfig answers a request through an instance whose config is
+// invalid, as Kong answers a plugin error: 500, and the reason in the log.
+func failConfig(kong *pdk.PDK, err error) {
+	_ = kong.Log.Err(err.Error())
+	kong.Response.Exit(500, internalErrorBody, map[string][]string{"Content-Type": {"application/json; charset=utf-8"}})
+}
+
+func joinErrs(errs []string) string { return strings.Join(errs, "; ") }
