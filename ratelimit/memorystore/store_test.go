@@ -1,0 +1,201 @@
+package memorystore
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"testing/synctest"
+	"time"
+	"unsafe"
+
+	"github.com/seed-008287da/sluice/ratelimit"
+	"github.com/seed-008287da/sluice/ratelimit/ratelimittest"
+)
+
+var ctx = context.Background()
+
+func TestConformance(t *testing.T) {
+	ratelimittest.Run(t, func(t *testing.T) ratelimit.Store { return New(Options{}) })
+}
+
+// With one shard every key contends for one lock, and a tiny MaxKeys makes
+// every new key evict: the suite must still pass, since its timelines never
+// hold more live keys than the bound.
+func TestConformanceOneShard(t *testing.T) {
+	ratelimittest.Run(t, func(t *testing.T) ratelimit.Store { return New(Options{Shards: 1, MaxKeys: 64}) })
+}
+
+func TestHammerHard(t *testing.T) {
+	s := New(Options{Shards: 4})
+	defer s.Close()
+	ratelimittest.Hammer(t, s, ratelimittest.HammerOptions{Goroutines: 16, Calls: 60, Phases: 10})
+}
+
+func take(t *testing.T, s *Store, key string, l ratelimit.Limit, at time.Duration) ratelimit.Decision {
+	t.Helper()
+	d, err := s.Take(ctx, ratelimit.Request{Key: key, Limits: []ratelimit.Limit{l}, Now: ratelimittest.At(at)})
+	if err != nil {
+		t.Fatalf("Take(%q): %v", key, err)
+	}
+	return d
+}
+
+func TestTakeOnExistingKeyDoesNotAllocate(t *testing.T) {
+	s := New(Options{})
+	defer s.Close()
+	for _, ls := range [][]ratelimit.Limit{
+		{ratelimit.PerSecond(1 << 40)},
+		{ratelimit.PerSecond(1 << 40).Fixed(), ratelimit.PerMinute(1 << 40), ratelimit.PerHour(1 << 40).TokenBucket(0)},
+	} {
+		r := ratelimit.Request{Key: "user:42", Limits: ls}
+		if _, err := s.Take(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		allocs := testing.AllocsPerRun(1000, func() {
+			if _, err := s.Take(ctx, r); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%d limits: %.1f allocations per Take, want 0", len(ls), allocs)
+		}
+	}
+}
+
+// The sweeper drops a counter once it can no longer affect a decision (two
+// windows after its last window started) and a lease set once its leases
+// have lapsed, on its own schedule, and stops with Close.
+func TestSweeperDropsDeadEntries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New(Options{SweepInterval: time.Minute})
+		defer s.Close()
+		start := time.Now().Truncate(time.Minute)
+		time.Sleep(time.Until(start.Add(time.Minute))) // to a minute's edge
+		r := ratelimit.Request{Key: "idle", Limits: []ratelimit.Limit{ratelimit.PerMinute(10)}}
+		if _, err := s.Take(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Acquire(ctx, ratelimit.LeaseRequest{Key: "conn", ID: "a", Max: 1, TTL: 90 * time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		wantLen := func(when string, n int) {
+			t.Helper()
+			synctest.Wait()
+			if got := s.Len(); got != n {
+				t.Fatalf("%s: %d entries, want %d", when, got, n)
+			}
+		}
+		wantLen("at once", 2)
+		time.Sleep(time.Minute)
+		wantLen("after one sweep", 2) // the counter still weighs on the next window
+		time.Sleep(time.Minute)
+		wantLen("after two sweeps", 0)
+	})
+}
+
+func TestSweeperStopsWithClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := New(Options{SweepInterval: time.Second})
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
+		}
+		// synctest.Test fails if the sweeper outlives the bubble.
+	})
+}
+
+func TestClosedStoreReturnsErrClosed(t *testing.T) {
+	s := New(Options{})
+	s.Close()
+	_, err := s.Take(ctx, ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{ratelimit.PerSecond(1)}})
+	if !errors.Is(err, ratelimit.ErrClosed) {
+		t.Errorf("Take after Close: %v, want ErrClosed", err)
+	}
+	_, err = s.Acquire(ctx, ratelimit.LeaseRequest{Key: "k", ID: "a", Max: 1, TTL: time.Second})
+	if !errors.Is(err, ratelimit.ErrClosed) {
+		t.Errorf("Acquire after Close: %v, want ErrClosed", err)
+	}
+	if err := s.Release(ctx, "k", "a"); !errors.Is(err, ratelimit.ErrClosed) {
+		t.Errorf("Release after Close: %v, want ErrClosed", err)
+	}
+}
+
+// A full shard first drops dead counters: live ones keep their counts.
+func TestEvictionDropsDeadCountersFirst(t *testing.T) {
+	s := New(Options{Shards: 1, MaxKeys: 4, SweepInterval: -1})
+	defer s.Close()
+	perSec := ratelimit.PerSecond(1).Fixed()
+	perHour := ratelimit.PerHour(1).Fixed()
+	take(t, s, "dead1", perSec, 0)
+	take(t, s, "dead2", perSec, 0)
+	take(t, s, "live1", perHour, 0)
+	take(t, s, "live2", perHour, 0)
+	take(t, s, "new", perHour, time.Minute) // the per-second counters died at 2 s
+	if n := s.Len(); n != 3 {
+		t.Errorf("%d entries after eviction, want 3 (two dead dropped, one added)", n)
+	}
+	for _, k := range []string{"live1", "live2", "new"} {
+		if d := take(t, s, k, perHour, time.Minute); d.Allowed {
+			t.Errorf("%s was forgotten: a second call in its hour is allowed", k)
+		}
+	}
+}
+
+// With no dead counter, a full shard evicts the counter that would die
+// first, and that key starts over.
+func TestEvictionDropsNearestExpiry(t *testing.T) {
+	s := New(Options{Shards: 1, MaxKeys: 3, SweepInterval: -1})
+	defer s.Close()
+	take(t, s, "hour", ratelimit.PerHour(1).Fixed(), 0)
+	take(t, s, "minute", ratelimit.PerMinute(1).Fixed(), 0)
+	take(t, s, "day", ratelimit.PerDay(1).Fixed(), 0)
+	take(t, s, "new", ratelimit.PerDay(1).Fixed(), time.Second)
+	if d := take(t, s, "hour", ratelimit.PerHour(1).Fixed(), 2*time.Second); d.Allowed {
+		t.Error(`"hour" was evicted; it dies later than "minute"`)
+	}
+	if d := take(t, s, "minute", ratelimit.PerMinute(1).Fixed(), 3*time.Second); !d.Allowed {
+		t.Error(`"minute" was not the one evicted`)
+	}
+}
+
+// Live leases are never evicted: a shard full of them refuses new keys
+// until they lapse.
+func TestShardFullOfLiveLeases(t *testing.T) {
+	s := New(Options{Shards: 1, MaxKeys: 2, SweepInterval: -1})
+	defer s.Close()
+	for _, k := range []string{"a", "b"} {
+		l, err := s.Acquire(ctx, ratelimit.LeaseRequest{Key: k, ID: "x", Max: 1, TTL: time.Minute, Now: ratelimittest.At(0)})
+		if err != nil || !l.Allowed {
+			t.Fatalf("Acquire(%s): %+v, %v", k, l, err)
+		}
+	}
+	r := ratelimit.Request{Key: "c", Limits: []ratelimit.Limit{ratelimit.PerSecond(1)}, Now: ratelimittest.At(time.Second)}
+	if _, err := s.Take(ctx, r); !errors.Is(err, ratelimit.ErrStoreFull) {
+		t.Fatalf("Take with a shard full of live leases: %v, want ErrStoreFull", err)
+	}
+	r.Now = ratelimittest.At(time.Minute)
+	if d, err := s.Take(ctx, r); err != nil || !d.Allowed {
+		t.Fatalf("Take once the leases lapsed: %v, %v", d.Allowed, err)
+	}
+}
+
+func TestShardsDoNotShareCacheLines(t *testing.T) {
+	if size := unsafe.Sizeof(shard{}); size%128 != 0 {
+		t.Errorf("shard is %d bytes, want a multiple of 128", size)
+	}
+}
+
+func TestOptionsDefaults(t *testing.T) {
+	s := New(Options{SweepInterval: -1})
+	defer s.Close()
+	if len(s.shards) != defaultShards || s.perShard != defaultMaxKeys/defaultShards+1 {
+		t.Errorf("shards %d, per shard %d", len(s.shards), s.perShard)
+	}
+	s2 := New(Options{MaxKeys: 10, Shards: 100, SweepInterval: -1})
+	defer s2.Close()
+	if len(s2.shards) != 16 || s2.perShard != 1 {
+		t.Errorf("MaxKeys 10, Shards 100: %d shards of %d, want 16 of 1", len(s2.shards), s2.perShard)
+	}
+}
