@@ -1,0 +1,126 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"net/netip"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+	"github.com/seed-008287da/sluice/internal/gateway/router"
+)
+
+// An Exchange is one request as plugins see it: read accessors for the
+// request, the matched route, the client and the authenticated consumer,
+// and the few changes plugins make (answer the request, add response
+// headers, remove a credential before proxying, run code when the response
+// has ended). It is valid only during the request; plugins must not keep
+// it.
+type Exchange struct {
+	ctx     *fasthttp.RequestCtx
+	Context context.Context
+	// Now is the decision time of the request.
+	Now      time.Time
+	Route    *kongconf.Route
+	Service  *kongconf.Service
+	Match    router.Match
+	ClientIP netip.Addr
+	// Consumer is set by an authentication plugin; nil when anonymous.
+	Consumer *kongconf.Consumer
+	// Credential is the id of the credential that authenticated the
+	// consumer, or "".
+	Credential string
+	// Identifier is a composite key set by the sluice-dimensions plugin for
+	// the rate-limiting plugins that run after it, or "".
+	Identifier string
+	// RequestID is the id sent in X-Kong-Request-Id and in error bodies.
+	RequestID string
+
+	respHeaders [][2]string
+	responded   bool
+	onEnd       []func()
+	plugins     []pluginOutcome
+}
+
+type pluginOutcome struct {
+	name    string
+	outcome string
+}
+
+// Method returns the request method.
+func (x *Exchange) Method() string { return string(x.ctx.Method()) }
+
+// Path returns the request path (not the stripped upstream path), without
+// the query string.
+func (x *Exchange) Path() string { return string(x.ctx.Path()) }
+
+// Host returns the Host header.
+func (x *Exchange) Host() string { return string(x.ctx.Host()) }
+
+// Header returns the first value of the request header name, or "".
+func (x *Exchange) Header(name string) string { return string(x.ctx.Request.Header.Peek(name)) }
+
+// Query returns the first value of the query argument name, or "".
+func (x *Exchange) Query(name string) string { return string(x.ctx.QueryArgs().Peek(name)) }
+
+// HasQuery reports whether the query argument name is present.
+func (x *Exchange) HasQuery(name string) bool { return x.ctx.QueryArgs().Has(name) }
+
+// DelHeader removes a request header before the request is proxied.
+func (x *Exchange) DelHeader(name string) { x.ctx.Request.Header.Del(name) }
+
+// DelQuery removes a query argument before the request is proxied.
+func (x *Exchange) DelQuery(name string) {
+	x.ctx.QueryArgs().Del(name)
+	x.ctx.Request.URI().SetQueryStringBytes(x.ctx.QueryArgs().QueryString())
+}
+
+// SetUpstreamHeader sets a request header sent upstream.
+func (x *Exchange) SetUpstreamHeader(name, value string) { x.ctx.Request.Header.Set(name, value) }
+
+// AddResponseHeader adds a header to the response, whether it comes from
+// upstream or from a plugin. Headers keep the order they were added in.
+func (x *Exchange) AddResponseHeader(name, value string) {
+	x.respHeaders = append(x.respHeaders, [2]string{name, value})
+}
+
+// Respond answers the request with status and body instead of proxying
+// it. Headers added with AddResponseHeader are sent too. Later plugins do
+// not run.
+func (x *Exchange) Respond(status int, contentType string, body []byte) {
+	x.responded = true
+	x.ctx.Response.Reset()
+	x.ctx.SetStatusCode(status)
+	if contentType != "" {
+		x.ctx.SetContentType(contentType)
+	}
+	x.ctx.SetBody(body)
+}
+
+// RespondError answers with Kong's JSON error body
+// {"message":"...","request_id":"..."}.
+func (x *Exchange) RespondError(status int, message string) {
+	x.Respond(status, jsonType, kongErrorBody(message, x.RequestID))
+}
+
+// OnEnd registers f to run once the response has been sent, or the client
+// went away, or the request failed: the log phase. Functions run in
+// registration order.
+func (x *Exchange) OnEnd(f func()) { x.onEnd = append(x.onEnd, f) }
+
+// Outcome records a plugin decision for metrics and the access log
+// ("allowed", "denied", "error", ...).
+func (x *Exchange) Outcome(plugin, outcome string) {
+	x.plugins = append(x.plugins, pluginOutcome{plugin, outcome})
+}
+
+func kongErrorBody(message, requestID string) []byte {
+	type body struct {
+		Message   string `json:"message"`
+		RequestID string `json:"request_id,omitempty"`
+	}
+	b, _ := json.Marshal(body{message, requestID}) // cannot fail for two strings
+	return b
+}

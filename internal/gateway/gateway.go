@@ -1,0 +1,427 @@
+// Package gateway is sluice's standalone proxy: it loads Kong declarative
+// configuration, matches routes, runs plugins (key-auth, the rate limiters,
+// the business and concurrency plugins) and proxies to upstream services
+// over fasthttp.
+//
+// A configuration is built and validated whole into an immutable
+// generation, then swapped in atomically; requests in flight finish on the
+// generation they started with. Resources that must outlive generations
+// (counter stores, upstream connection pools) live in the Gateway and its
+// Shared value, so a reload never resets a counter or drops keep-alive
+// connections.
+package gateway
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/seed-008287da/sluice/internal/gateway/clientip"
+	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+	"github.com/seed-008287da/sluice/internal/gateway/router"
+)
+
+// Errors.
+var (
+	// ErrNoConfig is returned when the gateway is asked about its
+	// configuration before one was loaded.
+	ErrNoConfig = errors.New("gateway: no configuration loaded")
+	// ErrClosed is returned by Serve after Shutdown.
+	ErrClosed = errors.New("gateway: closed")
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxRequestBodySize  = 64 << 20
+	DefaultReadTimeout         = 60 * time.Second
+	DefaultIdleTimeout         = 60 * time.Second
+	DefaultUpstreamIdleTimeout = 60 * time.Second
+)
+
+// Options configure a Gateway. The zero value serves with Kong's defaults,
+// trusting no proxy, logging nothing.
+type Options struct {
+	// ClientIP computes client addresses; nil trusts no forwarding header.
+	ClientIP *clientip.Resolver
+	// Plugins are the available plugins; nil means DefaultPlugins().
+	Plugins []PluginFactory
+	// Shared holds resources kept across reloads; nil makes a new one.
+	Shared *Shared
+	// Logger receives JSON (or any) structured logs; nil discards them.
+	Logger *slog.Logger
+	// AccessLog logs every request at Info level on Logger.
+	AccessLog bool
+	// Metrics receives the gateway's metrics; nil creates them on a private
+	// registry (see Gateway.Metrics).
+	Metrics *Metrics
+	// Tracer, when set, records a span per plugin decision (an
+	// OpenTelemetry tracer from the SDK set up by the command).
+	Tracer trace.Tracer
+	// MaxRequestBodySize bounds request bodies in bytes; larger ones get
+	// 413. Zero means DefaultMaxRequestBodySize.
+	MaxRequestBodySize int
+	// ReadTimeout bounds reading a request's headers and buffered body from
+	// a client (slow clients are cut off). Zero means DefaultReadTimeout.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing a response to a client; zero means none,
+	// which long-poll and streaming responses need.
+	WriteTimeout time.Duration
+	// IdleTimeout closes client keep-alive connections idle that long. Zero
+	// means DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// UpstreamIdleTimeout closes idle upstream connections; keep it below
+	// the upstream's own keep-alive timeout (nginx: 75 s) or requests race
+	// the upstream's close. Zero means DefaultUpstreamIdleTimeout.
+	UpstreamIdleTimeout time.Duration
+	// Now returns the time used for decisions; nil means time.Now.
+	Now func() time.Time
+}
+
+// Shared is the state that outlives configuration generations. Plugins
+// find their counter stores here, keyed by namespace, so that a reload
+// keeps counters.
+type Shared struct {
+	mu     sync.Mutex
+	values map[string]io.Closer
+}
+
+// Value returns the resource stored under key, creating it with create on
+// first use. Resources are closed by Close.
+func (s *Shared) Value(key string, create func() (io.Closer, error)) (io.Closer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v, ok := s.values[key]; ok {
+		return v, nil
+	}
+	v, err := create()
+	if err != nil {
+		return nil, err
+	}
+	if s.values == nil {
+		s.values = map[string]io.Closer{}
+	}
+	s.values[key] = v
+	return v, nil
+}
+
+// Close closes every resource.
+func (s *Shared) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for _, v := range s.values {
+		errs = append(errs, v.Close())
+	}
+	s.values = nil
+	return errors.Join(errs...)
+}
+
+// A Gateway proxies requests according to its current configuration
+// generation. Its methods are safe for concurrent use.
+type Gateway struct {
+	opts      Options
+	factories map[string]*PluginFactory
+	metrics   *Metrics
+	log       *slog.Logger
+	now       func() time.Time
+
+	gen    atomic.Pointer[generation]
+	genSeq atomic.Uint64
+	loadMu sync.Mutex
+
+	upstreams sync.Map // upstreamKey -> *fasthttp.HostClient
+	server    *fasthttp.Server
+	inflight  sync.WaitGroup
+	started   time.Time
+	reqSeq    atomic.Uint64
+}
+
+// generation is one built configuration.
+type generation struct {
+	seq      uint64
+	cfg      *kongconf.Config
+	raw      []byte
+	hash     string
+	source   string
+	loadedAt time.Time
+	router   *router.Router
+	chains   map[*kongconf.Route]*chain
+}
+
+// New returns a Gateway with no configuration: until Load succeeds every
+// request gets 503.
+func New(opts Options) (*Gateway, error) {
+	g := &Gateway{opts: opts, log: opts.Logger, now: opts.Now, metrics: opts.Metrics}
+	if g.log == nil {
+		g.log = slog.New(slog.DiscardHandler)
+	}
+	if g.now == nil {
+		g.now = time.Now
+	}
+	if g.metrics == nil {
+		m, err := NewMetrics(nil)
+		if err != nil {
+			return nil, err
+		}
+		g.metrics = m
+	}
+	if g.opts.Shared == nil {
+		g.opts.Shared = &Shared{}
+	}
+	if g.opts.ClientIP == nil {
+		g.opts.ClientIP = &clientip.Resolver{}
+	}
+	fs := opts.Plugins
+	if fs == nil {
+		fs = DefaultPlugins()
+	}
+	g.factories = make(map[string]*PluginFactory, len(fs))
+	for i := range fs {
+		g.factories[fs[i].Name] = &fs[i]
+	}
+	g.server = &fasthttp.Server{
+		Handler:               g.handle,
+		Name:                  "sluice",
+		StreamRequestBody:     true,
+		MaxRequestBodySize:    orInt(opts.MaxRequestBodySize, DefaultMaxRequestBodySize),
+		ReadTimeout:           orDur(opts.ReadTimeout, DefaultReadTimeout),
+		WriteTimeout:          opts.WriteTimeout,
+		IdleTimeout:           orDur(opts.IdleTimeout, DefaultIdleTimeout),
+		NoDefaultServerHeader: true,
+		NoDefaultContentType:  true,
+		NoDefaultDate:         false,
+		CloseOnShutdown:       true,
+		ErrorHandler:          g.serverError,
+	}
+	g.started = g.now()
+	return g, nil
+}
+
+func orInt(v, d int) int {
+	if v <= 0 {
+		return d
+	}
+	return v
+}
+
+func orDur(v, d time.Duration) time.Duration {
+	if v <= 0 {
+		return d
+	}
+	return v
+}
+
+// Metrics returns the gateway's metrics (and through them the registry to
+// expose).
+func (g *Gateway) Metrics() *Metrics { return g.metrics }
+
+// Shared returns the state kept across reloads.
+func (g *Gateway) Shared() *Shared { return g.opts.Shared }
+
+// Validate builds data as Load would, without serving it. The error is a
+// kongconf.Errors listing every problem.
+func (g *Gateway) Validate(data []byte) error {
+	_, err := g.build(data, "validate")
+	return err
+}
+
+// Load builds and validates data whole and, only if it is valid, makes it
+// the configuration serving new requests. A rejected configuration leaves
+// the current one serving; the error lists every problem. source names
+// where the configuration came from in logs and metrics ("file", "admin",
+// "etcd").
+func (g *Gateway) Load(data []byte, source string) error {
+	g.loadMu.Lock()
+	defer g.loadMu.Unlock()
+	gen, err := g.build(data, source)
+	if err != nil {
+		g.metrics.reloads.WithLabelValues(source, "rejected").Inc()
+		g.log.Error("configuration rejected", "source", source, "error", err.Error())
+		return err
+	}
+	if cur := g.gen.Load(); cur != nil && cur.hash == gen.hash {
+		g.metrics.reloads.WithLabelValues(source, "unchanged").Inc()
+		return nil
+	}
+	gen.seq = g.genSeq.Add(1)
+	g.gen.Store(gen)
+	g.metrics.reloads.WithLabelValues(source, "applied").Inc()
+	g.metrics.generation.Set(float64(gen.seq))
+	g.metrics.lastReload.Set(float64(gen.loadedAt.UnixNano()) / 1e9)
+	g.log.Info("configuration applied", "source", source, "generation", gen.seq, "sha256", gen.hash,
+		"services", len(gen.cfg.Services), "routes", len(gen.cfg.Routes), "plugins", len(gen.cfg.Plugins))
+	return nil
+}
+
+func (g *Gateway) build(data []byte, source string) (*generation, error) {
+	cfg, errs := kongconf.Decode(data)
+	if cfg == nil {
+		return nil, errs
+	}
+	var insts []*instance
+	for _, p := range cfg.Plugins {
+		if p.Name == "" {
+			continue
+		}
+		f, ok := g.factories[p.Name]
+		if !ok {
+			errs = append(errs, kongconf.FieldError{Path: p.Where + ".name",
+				Msg: fmt.Sprintf("plugin '%s' not enabled; add it to the 'plugins' configuration property", p.Name)})
+			continue
+		}
+		r, ok := rank(p)
+		if !ok {
+			continue // reported by kongconf
+		}
+		pl, err := f.New(p.Config, &BuildEnv{Entity: p, Config: cfg, Shared: g.opts.Shared})
+		if err != nil {
+			errs = append(errs, fieldErrors(p.Where, err)...)
+			continue
+		}
+		if p.Enabled {
+			insts = append(insts, &instance{entity: p, factory: f, plugin: pl, rank: r, priority: f.Priority})
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	sum := sha256.Sum256(data)
+	gen := &generation{
+		cfg:      cfg,
+		raw:      append([]byte(nil), data...),
+		hash:     hex.EncodeToString(sum[:]),
+		source:   source,
+		loadedAt: g.now(),
+		router:   router.New(cfg.Routes),
+		chains:   make(map[*kongconf.Route]*chain, len(cfg.Routes)),
+	}
+	for _, r := range cfg.Routes {
+		gen.chains[r] = buildChain(insts, r)
+	}
+	return gen, nil
+}
+
+// Config returns the configuration serving requests as it was loaded, and
+// where it came from.
+func (g *Gateway) Config() (data []byte, source string, err error) {
+	gen := g.gen.Load()
+	if gen == nil {
+		return nil, "", ErrNoConfig
+	}
+	return gen.raw, gen.source, nil
+}
+
+// Status describes the gateway for health checks.
+type Status struct {
+	// Ready is true once a configuration is serving.
+	Ready bool `json:"ready"`
+	// Generation counts applied configurations, from 1.
+	Generation uint64 `json:"generation"`
+	// ConfigHash is the SHA-256 of the serving configuration.
+	ConfigHash string `json:"configuration_hash,omitempty"`
+	// ConfigSource is where it came from.
+	ConfigSource string    `json:"configuration_source,omitempty"`
+	LoadedAt     time.Time `json:"loaded_at,omitzero"`
+	StartedAt    time.Time `json:"started_at"`
+	Services     int       `json:"services"`
+	Routes       int       `json:"routes"`
+	Plugins      int       `json:"plugins"`
+	Consumers    int       `json:"consumers"`
+}
+
+// Status returns the current status.
+func (g *Gateway) Status() Status {
+	st := Status{StartedAt: g.started}
+	if gen := g.gen.Load(); gen != nil {
+		st.Ready = true
+		st.Generation = gen.seq
+		st.ConfigHash = gen.hash
+		st.ConfigSource = gen.source
+		st.LoadedAt = gen.loadedAt
+		st.Services = len(gen.cfg.Services)
+		st.Routes = len(gen.cfg.Routes)
+		st.Plugins = len(gen.cfg.Plugins)
+		st.Consumers = len(gen.cfg.Consumers)
+	}
+	return st
+}
+
+// Serve accepts proxy connections on ln until Shutdown. It returns nil
+// after a graceful shutdown.
+func (g *Gateway) Serve(ln net.Listener) error {
+	err := g.server.Serve(ln)
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		return fmt.Errorf("gateway: serving: %w", err)
+	}
+	return nil
+}
+
+// Shutdown stops accepting connections, closes idle ones and waits until
+// every request in flight (streaming responses and tunnels included) has
+// ended or ctx is done.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	err := g.server.ShutdownWithContext(ctx)
+	done := make(chan struct{})
+	go func() {
+		g.inflight.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		if err == nil {
+			err = ctx.Err()
+		}
+	}
+	g.upstreams.Range(func(k, v any) bool {
+		v.(*fasthttp.HostClient).CloseIdleConnections()
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("gateway: shutting down: %w", err)
+	}
+	return nil
+}
+
+func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
+	status, msg := fasthttp.StatusBadRequest, "Bad request"
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		status, msg = fasthttp.StatusRequestEntityTooLarge, "Request size limit exceeded"
+	case isTimeout(err):
+		status, msg = fasthttp.StatusRequestTimeout, "Request timeout"
+	}
+	ctx.SetStatusCode(status)
+	ctx.SetContentType("application/json; charset=utf-8")
+	ctx.SetBody(kongErrorBody(msg, ""))
+	ctx.SetConnectionClose()
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+func peerAddr(ctx *fasthttp.RequestCtx) netip.Addr {
+	switch a := ctx.RemoteAddr().(type) {
+	case *net.TCPAddr:
+		ip, _ := netip.AddrFromSlice(a.IP)
+		return ip.Unmap()
+	}
+	if ap, err := netip.ParseAddrPort(ctx.RemoteAddr().String()); err == nil {
+		return ap.Addr().Unmap()
+	}
+	return netip.Addr{}
+}

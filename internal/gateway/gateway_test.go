@@ -1,0 +1,242 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// echoUpstream answers every request with a JSON description of what it
+// received.
+func echoUpstream(t *testing.T) *httptest.Server {
+	t.Helper()
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hdr := map[string]string{}
+		for k, v := range r.Header {
+			hdr[strings.ToLower(k)] = strings.Join(v, ",")
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Upstream", "echo")
+		_ = json.NewEncoder(w).Encode(map[string]any{
+			"method": r.Method, "path": r.URL.Path, "query": r.URL.RawQuery, "host": r.Host, "headers": hdr,
+		})
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+type echoed struct {
+	Method  string            `json:"method"`
+	Path    string            `json:"path"`
+	Query   string            `json:"query"`
+	Host    string            `json:"host"`
+	Headers map[string]string `json:"headers"`
+}
+
+// startGateway serves config on 127.0.0.1:0 and returns the gateway and
+// its base URL. "UPSTREAM" in config is replaced by upstream's URL.
+func startGateway(t *testing.T, config string, opts Options) (*Gateway, string) {
+	t.Helper()
+	g, err := New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Load([]byte(config), "test"); err != nil {
+		t.Fatalf("loading config: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := g.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return g, "http://" + ln.Addr().String()
+}
+
+func withUpstream(config string, up *httptest.Server) string {
+	return strings.ReplaceAll(config, "UPSTREAM", up.URL)
+}
+
+type resp struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func do(t *testing.T, method, url string, hdr map[string]string) resp {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		if strings.EqualFold(k, "host") {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp{res.StatusCode, res.Header, string(b)}
+}
+
+func (r resp) echoed(t *testing.T) echoed {
+	t.Helper()
+	var e echoed
+	if err := json.Unmarshal([]byte(r.body), &e); err != nil {
+		t.Fatalf("status %d, body %q: %v", r.status, r.body, err)
+	}
+	return e
+}
+
+func TestRouting(t *testing.T) {
+	up := echoUpstream(t)
+	cfg := withUpstream(`
+_format_version: "3.0"
+services:
+  - name: api
+    url: UPSTREAM/v1
+    routes:
+      - name: short
+        paths: [/api]
+      - name: long
+        paths: [/api/users]
+        strip_path: false
+      - name: regex
+        paths: ["~/items/(?P<id>\\d+)$"]
+        strip_path: false
+      - name: hosted
+        hosts: [example.com, "*.wild.test"]
+        paths: [/api]
+      - name: posts
+        methods: [POST]
+        paths: [/api]
+        preserve_host: true
+  - name: nopath
+    url: UPSTREAM
+routes:
+  - name: top
+    service: nopath
+    paths: [/top]
+`, up)
+	_, base := startGateway(t, cfg, Options{})
+
+	cases := []struct {
+		name, method, path, host string
+		wantPath                 string
+		wantHost                 string
+	}{
+		{"prefix stripped", "GET", "/api/x?q=1", "", "/v1/x", ""},
+		{"prefix exact", "GET", "/api", "", "/v1", ""},
+		{"longest prefix wins, not stripped", "GET", "/api/users/7", "", "/v1/api/users/7", ""},
+		{"regex", "GET", "/items/42", "", "/v1/items/42", ""},
+		{"host route more specific", "GET", "/api/h", "example.com", "/v1/h", ""},
+		{"wildcard host", "GET", "/api/h", "a.wild.test:8000", "/v1/h", ""},
+		{"method route more specific, preserve_host", "POST", "/api/p", "client.test", "/v1/p", "client.test"},
+		{"top-level route", "GET", "/top/a/b", "", "/a/b", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			hdr := map[string]string{}
+			if c.host != "" {
+				hdr["Host"] = c.host
+			}
+			r := do(t, c.method, base+c.path, hdr)
+			if r.status != 200 {
+				t.Fatalf("status %d, body %s", r.status, r.body)
+			}
+			e := r.echoed(t)
+			if e.Path != c.wantPath {
+				t.Errorf("upstream path %q, want %q", e.Path, c.wantPath)
+			}
+			if c.wantHost != "" && e.Host != c.wantHost {
+				t.Errorf("upstream host %q, want %q", e.Host, c.wantHost)
+			}
+			if c.wantHost == "" && !strings.HasPrefix(e.Host, "127.0.0.1:") {
+				t.Errorf("upstream host %q, want the service's", e.Host)
+			}
+		})
+	}
+	if e := do(t, "GET", base+"/api/x?q=1", nil).echoed(t); e.Query != "q=1" {
+		t.Errorf("query %q, want q=1", e.Query)
+	}
+	r := do(t, "GET", base+"/nothing", nil)
+	if r.status != 404 || !strings.Contains(r.body, `"message":"no Route matched with those values"`) {
+		t.Errorf("unmatched: %d %s", r.status, r.body)
+	}
+}
+
+func TestForwardedHeaders(t *testing.T) {
+	up := echoUpstream(t)
+	cfg := withUpstream(`
+_format_version: "3.0"
+services:
+  - name: api
+    url: UPSTREAM
+    routes: [{name: r, paths: [/p]}]
+`, up)
+	_, base := startGateway(t, cfg, Options{})
+	e := do(t, "GET", base+"/p/x", map[string]string{
+		"X-Forwarded-For": "6.6.6.6", "X-Real-IP": "6.6.6.6", "X-Forwarded-Proto": "https",
+		"Connection": "keep-alive, X-Secret", "X-Secret": "s", "Proxy-Authorization": "p",
+	}).echoed(t)
+	if got := e.Headers["x-real-ip"]; got != "127.0.0.1" {
+		t.Errorf("X-Real-IP %q: an untrusted peer chose its address", got)
+	}
+	if got := e.Headers["x-forwarded-for"]; got != "6.6.6.6, 127.0.0.1" {
+		t.Errorf("X-Forwarded-For %q", got)
+	}
+	if got := e.Headers["x-forwarded-proto"]; got != "http" {
+		t.Errorf("X-Forwarded-Proto %q, want http (peer untrusted)", got)
+	}
+	if got := e.Headers["x-forwarded-prefix"]; got != "/p" {
+		t.Errorf("X-Forwarded-Prefix %q", got)
+	}
+	for _, h := range []string{"x-secret", "proxy-authorization"} {
+		if _, ok := e.Headers[h]; ok {
+			t.Errorf("hop-by-hop header %s was forwarded", h)
+		}
+	}
+}
+
+func TestUpstreamDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	_, base := startGateway(t, fmt.Sprintf(`
+_format_version: "3.0"
+services: [{name: s, url: "http://%s", routes: [{paths: [/]}]}]
+`, addr), Options{})
+	r := do(t, "GET", base+"/", nil)
+	if r.status != 502 || !strings.Contains(r.body, "An invalid response was received from the upstream server") {
+		t.Errorf("got %d %s", r.status, r.body)
+	}
+}

@@ -1,0 +1,454 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+	"github.com/seed-008287da/sluice/internal/gateway/router"
+)
+
+const jsonType = "application/json; charset=utf-8"
+
+// hopHeaders are removed in both directions (RFC 9110 7.6.1), with every
+// header named in Connection.
+var hopHeaders = []string{
+	"Connection", "Keep-Alive", "Proxy-Connection", "TE", "Trailer", "Upgrade",
+	"Proxy-Authenticate", "Proxy-Authorization",
+}
+
+func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
+	g.inflight.Add(1)
+	g.metrics.inflight.Inc()
+	x := &Exchange{ctx: ctx, Context: context.Background(), Now: g.now()}
+	x.RequestID = requestID(g.reqSeq.Add(1), start)
+	ended := false
+	defer func() {
+		if !ended {
+			g.end(x, start)
+		}
+	}()
+
+	gen := g.gen.Load()
+	if gen == nil {
+		x.RespondError(fasthttp.StatusServiceUnavailable, "no configuration loaded")
+		return
+	}
+	peer := peerAddr(ctx)
+	var values []string
+	if h := g.opts.ClientIP.Header(); h != "" {
+		for _, v := range ctx.Request.Header.PeekAll(h) {
+			values = append(values, string(v))
+		}
+	}
+	x.ClientIP = g.opts.ClientIP.Resolve(peer, values, netip.Addr{})
+
+	m, ok := gen.router.Match(string(ctx.Method()), string(ctx.Host()), string(ctx.Path()))
+	if !ok {
+		x.RespondError(fasthttp.StatusNotFound, "no Route matched with those values")
+		return
+	}
+	x.Match, x.Route, x.Service = m, m.Route, m.Route.Service
+
+	for _, list := range gen.chains[m.Route].names {
+		in := pick(list, x.Consumer)
+		if in == nil {
+			continue
+		}
+		if err := g.access(x, in); err != nil {
+			g.log.Error("plugin failed", "plugin", in.entity.Name, "request_id", x.RequestID, "error", err.Error())
+			x.RespondError(fasthttp.StatusInternalServerError, "An unexpected error occurred")
+		}
+		if x.responded {
+			break
+		}
+	}
+	if !x.responded {
+		switch {
+		case x.Service == nil:
+			x.RespondError(fasthttp.StatusServiceUnavailable, "no Service found with those values")
+		case isUpgrade(&ctx.Request.Header):
+			ended = g.tunnel(ctx, x, start)
+		default:
+			ended = g.proxy(ctx, x, start)
+		}
+	}
+	for _, h := range x.respHeaders {
+		ctx.Response.Header.Add(h[0], h[1])
+	}
+	ctx.Response.Header.Set("X-Kong-Request-Id", x.RequestID)
+}
+
+func (g *Gateway) access(x *Exchange, in *instance) error {
+	t0 := time.Now()
+	n := len(x.plugins)
+	var span trace.Span
+	if tr := g.opts.Tracer; tr != nil {
+		var ctx context.Context
+		ctx, span = tr.Start(x.Context, "sluice.plugin "+in.entity.Name, trace.WithAttributes(
+			attribute.String("sluice.plugin", in.entity.Name),
+			attribute.String("sluice.plugin.id", in.entity.ID),
+			attribute.String("sluice.route", x.Route.Name),
+		))
+		x.Context = ctx
+	}
+	err := in.plugin.Access(x)
+	g.metrics.decisionTime.WithLabelValues(in.entity.Name).Observe(time.Since(t0).Seconds())
+	outcome := "allowed"
+	if x.responded {
+		outcome = "denied"
+	}
+	if len(x.plugins) > n {
+		outcome = x.plugins[len(x.plugins)-1].outcome
+	} else {
+		x.plugins = append(x.plugins, pluginOutcome{in.entity.Name, outcome})
+	}
+	if err != nil {
+		outcome = "error"
+		g.metrics.storeErrors.WithLabelValues(in.entity.Name).Inc()
+	}
+	g.metrics.decisions.WithLabelValues(in.entity.Name, outcome).Inc()
+	if span != nil {
+		span.SetAttributes(attribute.String("sluice.outcome", outcome))
+		if err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+		x.Context = trace.ContextWithSpan(x.Context, trace.SpanFromContext(x.Context)) // parent stays
+	}
+	return err
+}
+
+// end is the log phase: metrics, access log and the plugins' OnEnd
+// functions. It runs once per request.
+func (g *Gateway) end(x *Exchange, start time.Time) {
+	for _, f := range x.onEnd {
+		f()
+	}
+	status := x.ctx.Response.StatusCode()
+	route, service := "", ""
+	if x.Route != nil {
+		route = nameOrID(x.Route.Name, x.Route.ID)
+	}
+	if x.Service != nil {
+		service = nameOrID(x.Service.Name, x.Service.ID)
+	}
+	g.metrics.requests.WithLabelValues(route, service, strconv.Itoa(status)).Inc()
+	g.metrics.inflight.Dec()
+	if g.opts.AccessLog {
+		attrs := []slog.Attr{
+			slog.String("request_id", x.RequestID),
+			slog.String("client_ip", x.ClientIP.String()),
+			slog.String("method", string(x.ctx.Method())),
+			slog.String("host", string(x.ctx.Host())),
+			slog.String("path", string(x.ctx.Path())),
+			slog.Int("status", status),
+			slog.String("route", route),
+			slog.String("service", service),
+			slog.Float64("latency_ms", float64(time.Since(start).Microseconds())/1000),
+		}
+		if x.Consumer != nil {
+			attrs = append(attrs, slog.String("consumer", nameOrID(x.Consumer.Username, x.Consumer.ID)))
+		}
+		for _, p := range x.plugins {
+			attrs = append(attrs, slog.String("plugin."+p.name, p.outcome))
+		}
+		g.log.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs...)
+	}
+	g.inflight.Done()
+}
+
+func nameOrID(name, id string) string {
+	if name != "" {
+		return name
+	}
+	return id
+}
+
+func requestID(seq uint64, t time.Time) string {
+	b := make([]byte, 0, 32)
+	b = strconv.AppendInt(b, t.UnixNano(), 36)
+	b = append(b, '-')
+	b = strconv.AppendUint(b, seq, 36)
+	return string(b)
+}
+
+func isUpgrade(h *fasthttp.RequestHeader) bool {
+	return len(h.Peek("Upgrade")) > 0 && headerHasToken(h.Peek("Connection"), "upgrade")
+}
+
+func headerHasToken(v []byte, token string) bool {
+	for part := range strings.SplitSeq(string(v), ",") {
+		if strings.EqualFold(strings.TrimSpace(part), token) {
+			return true
+		}
+	}
+	return false
+}
+
+// connectionTokens returns the header names listed in Connection.
+func connectionTokens(v []byte) []string {
+	var out []string
+	for part := range strings.SplitSeq(string(v), ",") {
+		if p := strings.TrimSpace(part); p != "" && !strings.EqualFold(p, "close") && !strings.EqualFold(p, "keep-alive") {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// prepareUpstream rewrites ctx.Request in place into the upstream request:
+// path and host, hop-by-hop headers, X-Forwarded-* and X-Real-IP as Kong
+// sets them. keepUpgrade keeps Connection/Upgrade for a tunnel.
+func (g *Gateway) prepareUpstream(ctx *fasthttp.RequestCtx, x *Exchange, keepUpgrade bool) {
+	req := &ctx.Request
+	svc := x.Service
+	h := &req.Header
+	var upgrade []byte
+	if keepUpgrade {
+		upgrade = append(upgrade, h.Peek("Upgrade")...)
+	}
+	for _, name := range connectionTokens(h.Peek("Connection")) {
+		h.Del(name)
+	}
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+	if keepUpgrade {
+		h.Set("Connection", "Upgrade")
+		h.SetBytesV("Upgrade", upgrade)
+	}
+	h.ResetConnectionClose()
+
+	origHost := string(ctx.Host())
+	peer := peerAddr(ctx)
+	trusted := g.opts.ClientIP.Trusted(peer)
+	proto := "http"
+	if ctx.IsTLS() {
+		proto = "https"
+	}
+	port := ""
+	if la, ok := ctx.LocalAddr().(*net.TCPAddr); ok {
+		port = strconv.Itoa(la.Port)
+	}
+	prefix := ""
+	if x.Route.StripPath {
+		p := string(ctx.Path())
+		if n := len(p) - len(x.Match.Path); n > 0 && strings.HasSuffix(p, x.Match.Path) {
+			prefix = p[:n]
+		}
+	}
+	fwdFor := peer.String()
+	if prev := h.Peek("X-Forwarded-For"); len(prev) > 0 {
+		fwdFor = string(prev) + ", " + fwdFor
+	}
+	setIfUntrusted := func(name, own string) {
+		if !trusted || len(h.Peek(name)) == 0 {
+			h.Set(name, own)
+		}
+	}
+	h.Set("X-Forwarded-For", fwdFor)
+	h.Set("X-Real-IP", x.ClientIP.String())
+	setIfUntrusted("X-Forwarded-Proto", proto)
+	setIfUntrusted("X-Forwarded-Host", hostOnly(origHost))
+	setIfUntrusted("X-Forwarded-Port", port)
+	setIfUntrusted("X-Forwarded-Path", string(ctx.Path()))
+	if prefix != "" {
+		setIfUntrusted("X-Forwarded-Prefix", prefix)
+	} else if !trusted {
+		h.Del("X-Forwarded-Prefix")
+	}
+
+	uri := req.URI()
+	uri.SetPath(router.UpstreamPath(svc.Path, x.Match.Path))
+	uri.SetScheme(svc.Protocol)
+	host := origHost
+	if !x.Route.PreserveHost {
+		host = svc.Host
+		if (svc.Protocol == "http" && svc.Port != 80) || (svc.Protocol == "https" && svc.Port != 443) {
+			host = svc.Addr()
+		}
+	}
+	uri.SetHost(host)
+	h.SetHost(host)
+	req.UseHostHeader = true
+}
+
+func hostOnly(h string) string {
+	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.HasSuffix(h, "]") {
+		return h[:i]
+	}
+	return h
+}
+
+type upstreamKey struct {
+	addr                 string
+	tls                  bool
+	sni                  string
+	connect, read, write time.Duration
+}
+
+func (g *Gateway) upstream(svc *kongconf.Service) *fasthttp.HostClient {
+	k := upstreamKey{addr: svc.Addr(), tls: svc.Protocol == "https", sni: svc.Host,
+		connect: svc.ConnectTimeout, read: svc.ReadTimeout, write: svc.WriteTimeout}
+	if v, ok := g.upstreams.Load(k); ok {
+		return v.(*fasthttp.HostClient)
+	}
+	connect := k.connect
+	hc := &fasthttp.HostClient{
+		Addr:                     k.addr,
+		IsTLS:                    k.tls,
+		Name:                     "sluice",
+		NoDefaultUserAgentHeader: true,
+		DisablePathNormalizing:   true,
+		MaxConns:                 1 << 16,
+		MaxConnWaitTimeout:       connect,
+		MaxIdleConnDuration:      orDur(g.opts.UpstreamIdleTimeout, DefaultUpstreamIdleTimeout),
+		ReadTimeout:              k.read,
+		WriteTimeout:             k.write,
+		StreamResponseBody:       true,
+		RetryIfErr:               func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+		Dial: func(addr string) (net.Conn, error) {
+			return fasthttp.DialTimeout(addr, connect)
+		},
+	}
+	if k.tls {
+		hc.TLSConfig = &tls.Config{ServerName: k.sni, MinVersion: tls.VersionTLS12}
+	}
+	v, _ := g.upstreams.LoadOrStore(k, hc)
+	return v.(*fasthttp.HostClient)
+}
+
+// proxy sends the request upstream and sets the response. It reports
+// whether the log phase was handed to the streamed response body (true) or
+// is left to the handler.
+func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) bool {
+	clientClose := ctx.Request.Header.ConnectionClose()
+	g.prepareUpstream(ctx, x, false)
+	hc := g.upstream(x.Service)
+	uresp := fasthttp.AcquireResponse()
+	err := hc.Do(&ctx.Request, uresp)
+	if clientClose {
+		defer ctx.SetConnectionClose()
+	}
+	if err != nil {
+		fasthttp.ReleaseResponse(uresp)
+		kind, status, msg := "connect", fasthttp.StatusBadGateway, "An invalid response was received from the upstream server"
+		if isTimeout(err) || errors.Is(err, fasthttp.ErrTimeout) {
+			kind, status, msg = "timeout", fasthttp.StatusGatewayTimeout, "The upstream server is timing out"
+		}
+		g.metrics.upstreamErrors.WithLabelValues(nameOrID(x.Service.Name, x.Service.ID), kind).Inc()
+		g.log.Warn("upstream failed", "request_id", x.RequestID, "service", x.Service.Name, "error", err.Error())
+		x.RespondError(status, msg)
+		return false
+	}
+	uresp.Header.CopyTo(&ctx.Response.Header)
+	rh := &ctx.Response.Header
+	for _, name := range connectionTokens(uresp.Header.Peek("Connection")) {
+		rh.Del(name)
+	}
+	for _, name := range hopHeaders {
+		rh.Del(name)
+	}
+	rh.ResetConnectionClose()
+	if !uresp.IsBodyStream() {
+		ctx.Response.SetBodyRaw(append([]byte(nil), uresp.Body()...))
+		fasthttp.ReleaseResponse(uresp)
+		return false
+	}
+	n := uresp.Header.ContentLength()
+	if n < 0 {
+		n = -1 // chunked to the client, whatever framing upstream used
+	}
+	body := &upstreamBody{r: uresp.BodyStream(), resp: uresp, end: func() { g.end(x, start) }}
+	ctx.Response.SetBodyStream(body, n)
+	ctx.Response.ImmediateHeaderFlush = true
+	return true
+}
+
+// upstreamBody streams an upstream response body to the client and, once
+// it is done (fully sent, or the client went away), releases the upstream
+// response and runs the log phase.
+type upstreamBody struct {
+	r    io.Reader
+	resp *fasthttp.Response
+	end  func()
+	once sync.Once
+}
+
+func (b *upstreamBody) Read(p []byte) (int, error) { return b.r.Read(p) }
+
+func (b *upstreamBody) Close() error {
+	b.once.Do(func() {
+		_ = b.resp.CloseBodyStream() // an error here is the client's or upstream's going away
+		fasthttp.ReleaseResponse(b.resp)
+		b.end()
+	})
+	return nil
+}
+
+// tunnel hands a WebSocket (or other Upgrade) request to the upstream over
+// a hijacked connection and copies bytes both ways until one side closes.
+func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) bool {
+	g.prepareUpstream(ctx, x, true)
+	svc := x.Service
+	var head bytes.Buffer
+	bw := bufio.NewWriter(&head)
+	if err := ctx.Request.Header.Write(bw); err != nil {
+		x.RespondError(fasthttp.StatusBadRequest, "Bad request")
+		return false
+	}
+	_ = bw.Flush()
+	var up net.Conn
+	var err error
+	d := &net.Dialer{Timeout: svc.ConnectTimeout}
+	if svc.Protocol == "https" {
+		up, err = (&tls.Dialer{NetDialer: d, Config: &tls.Config{ServerName: svc.Host, MinVersion: tls.VersionTLS12}}).Dial("tcp", svc.Addr())
+	} else {
+		up, err = d.Dial("tcp", svc.Addr())
+	}
+	if err != nil {
+		g.metrics.upstreamErrors.WithLabelValues(nameOrID(svc.Name, svc.ID), "connect").Inc()
+		x.RespondError(fasthttp.StatusBadGateway, "An invalid response was received from the upstream server")
+		return false
+	}
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
+		defer g.end(x, start)
+		defer up.Close()
+		x.ctx.Response.SetStatusCode(fasthttp.StatusSwitchingProtocols)
+		if _, err := up.Write(head.Bytes()); err != nil {
+			return
+		}
+		done := make(chan struct{}, 2)
+		go func() {
+			_, _ = io.Copy(up, c)
+			if cw, ok := up.(interface{ CloseWrite() error }); ok {
+				_ = cw.CloseWrite()
+			}
+			done <- struct{}{}
+		}()
+		_, _ = io.Copy(c, up)
+		_ = c.Close()
+		<-done
+	})
+	return true
+}

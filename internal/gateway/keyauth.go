@@ -1,0 +1,199 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+)
+
+// decodeStrict decodes a plugin config object into dst, rejecting unknown
+// fields and wrong types with errors naming "config.<field>".
+func decodeStrict(raw json.RawMessage, dst any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(dst)
+	if err == nil {
+		return nil
+	}
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &te):
+		return kongconf.Errors{{Path: "config." + te.Field, Msg: fmt.Sprintf("expected %s, got a %s", te.Type, te.Value)}}
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return kongconf.Errors{{Path: "config." + name, Msg: "unknown field"}}
+	}
+	return kongconf.Errors{{Path: "config", Msg: err.Error()}}
+}
+
+// keyAuthConfig is Kong's key-auth config.
+type keyAuthConfig struct {
+	KeyNames        []string `json:"key_names"`
+	HideCredentials bool     `json:"hide_credentials"`
+	Anonymous       string   `json:"anonymous"`
+	KeyInHeader     *bool    `json:"key_in_header"`
+	KeyInQuery      *bool    `json:"key_in_query"`
+	KeyInBody       bool     `json:"key_in_body"`
+	RunOnPreflight  *bool    `json:"run_on_preflight"`
+	Realm           string   `json:"realm"`
+}
+
+// keyAuth is Kong's key-auth plugin (priority 1250): it identifies the
+// consumer from an API key in a header or query argument.
+type keyAuth struct {
+	names      []string
+	hide       bool
+	inHeader   bool
+	inQuery    bool
+	preflight  bool
+	anonymous  *kongconf.Consumer
+	realm      string
+	byKey      map[string]keyOwner
+	authHeader string
+}
+
+type keyOwner struct {
+	consumer *kongconf.Consumer
+	credID   string
+}
+
+func newKeyAuth(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
+	var c keyAuthConfig
+	if err := decodeStrict(raw, &c); err != nil {
+		return nil, err
+	}
+	var errs kongconf.Errors
+	if c.KeyNames == nil {
+		c.KeyNames = []string{"apikey"}
+	}
+	if len(c.KeyNames) == 0 {
+		errs = append(errs, kongconf.FieldError{Path: "config.key_names", Msg: "length must be at least 1"})
+	}
+	for i, n := range c.KeyNames {
+		if n == "" || strings.ContainsAny(n, " \t\r\n:") {
+			errs = append(errs, kongconf.FieldError{Path: fmt.Sprintf("config.key_names[%d]", i), Msg: fmt.Sprintf("invalid header or query name %q", n)})
+		}
+	}
+	if c.KeyInBody {
+		errs = append(errs, kongconf.FieldError{Path: "config.key_in_body", Msg: "keys in the request body are not supported"})
+	}
+	k := &keyAuth{
+		names:     c.KeyNames,
+		hide:      c.HideCredentials,
+		inHeader:  c.KeyInHeader == nil || *c.KeyInHeader,
+		inQuery:   c.KeyInQuery == nil || *c.KeyInQuery,
+		preflight: c.RunOnPreflight == nil || *c.RunOnPreflight,
+		realm:     c.Realm,
+		byKey:     map[string]keyOwner{},
+	}
+	if k.realm == "" {
+		k.realm = "kong"
+	}
+	k.authHeader = `Key realm="` + k.realm + `"`
+	for _, con := range env.Config.Consumers {
+		for _, cr := range con.KeyAuthKeys {
+			k.byKey[cr.Key] = keyOwner{con, cr.ID}
+		}
+		if c.Anonymous != "" && (con.ID == c.Anonymous || con.Username == c.Anonymous) {
+			k.anonymous = con
+		}
+	}
+	if c.Anonymous != "" && k.anonymous == nil {
+		errs = append(errs, kongconf.FieldError{Path: "config.anonymous", Msg: fmt.Sprintf("no consumer %q", c.Anonymous)})
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return k, nil
+}
+
+func (k *keyAuth) Access(x *Exchange) error {
+	if !k.preflight && x.Method() == "OPTIONS" {
+		return nil
+	}
+	var key, name string
+	inHeader, dup := false, false
+	for _, n := range k.names {
+		if k.inHeader {
+			if vs := x.ctx.Request.Header.PeekAll(n); len(vs) > 0 {
+				key, name, inHeader, dup = string(vs[0]), n, true, len(vs) > 1
+				break
+			}
+		}
+		if k.inQuery {
+			if vs := x.ctx.QueryArgs().PeekMulti(n); len(vs) > 0 {
+				key, name, dup = string(vs[0]), n, len(vs) > 1
+				break
+			}
+		}
+	}
+	fail := func(msg string) {
+		if k.anonymous != nil {
+			k.authenticate(x, k.anonymous, "", true)
+			return
+		}
+		x.AddResponseHeader("WWW-Authenticate", k.authHeader)
+		x.RespondError(401, msg)
+		x.Outcome("key-auth", "unauthorized")
+	}
+	switch {
+	case dup:
+		fail("Duplicate API key found")
+		return nil
+	case key == "":
+		fail("No API key found in request")
+		return nil
+	}
+	owner, ok := k.byKey[key]
+	if !ok {
+		fail("Unauthorized")
+		return nil
+	}
+	if k.hide {
+		if inHeader {
+			x.DelHeader(name)
+		} else {
+			x.DelQuery(name)
+		}
+	}
+	k.authenticate(x, owner.consumer, owner.credID, false)
+	return nil
+}
+
+// authenticate sets the consumer and the upstream headers Kong sets.
+func (k *keyAuth) authenticate(x *Exchange, c *kongconf.Consumer, credID string, anonymous bool) {
+	x.Consumer, x.Credential = c, credID
+	h := &x.ctx.Request.Header
+	h.Set("X-Consumer-ID", c.ID)
+	setOrDel(h.Set, h.Del, "X-Consumer-Custom-ID", c.CustomID)
+	setOrDel(h.Set, h.Del, "X-Consumer-Username", c.Username)
+	setOrDel(h.Set, h.Del, "X-Credential-Identifier", credID)
+	if len(c.Groups) > 0 {
+		names := make([]string, len(c.Groups))
+		for i, g := range c.Groups {
+			names[i] = g.Name
+		}
+		h.Set("X-Consumer-Groups", strings.Join(names, ", "))
+	} else {
+		h.Del("X-Consumer-Groups")
+	}
+	if anonymous {
+		h.Set("X-Anonymous-Consumer", "true")
+		x.Outcome("key-auth", "anonymous")
+	} else {
+		h.Del("X-Anonymous-Consumer")
+		x.Outcome("key-auth", "authenticated")
+	}
+}
+
+func setOrDel(set func(k, v string), del func(k string), name, v string) {
+	if v == "" {
+		del(name)
+		return
+	}
+	set(name, v)
+}

@@ -1,0 +1,681 @@
+package kongconf
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Parse reads a declarative configuration from YAML or JSON (JSON is read
+// as YAML, of which it is a subset). It returns the linked model, or an
+// Errors listing every problem.
+func Parse(data []byte) (*Config, error) {
+	cfg, errs := Decode(data)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return cfg, nil
+}
+
+// Decode is Parse for callers that validate further: it returns the model
+// as far as it could be built together with every problem found, so that
+// later checks (plugin configs) can add theirs to the same list. cfg is nil
+// only when the document could not be read at all.
+func Decode(data []byte) (*Config, Errors) {
+	var doc any
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, Errors{{Msg: "parsing: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
+	}
+	if doc == nil {
+		return nil, Errors{{Msg: "empty configuration"}}
+	}
+	p := &parser{errs: &errList{}}
+	root := asObj(normalize(doc), "", p.errs)
+	if root == nil {
+		return nil, p.errs.list
+	}
+	cfg := p.parse(root)
+	return cfg, p.errs.list
+}
+
+type parser struct {
+	errs *errList
+	cfg  Config
+	// pending references, resolved once every entity is known
+	routeSvc   []pendingRef[*Route]
+	memberRefs []pendingMember
+	plugRefs   []pendingPlugin
+}
+
+type pendingRef[T any] struct {
+	ent  T
+	ref  string
+	path string
+}
+
+type pendingMember struct {
+	consumer *Consumer // nil when listed under a group
+	group    *ConsumerGroup
+	ref      string
+	path     string
+}
+
+type pendingPlugin struct {
+	p                                      *Plugin
+	service, route, consumer, group        string
+	servicePath, routePath, conPath, gPath string
+}
+
+func (p *parser) parse(root *obj) *Config {
+	v := root.str("_format_version")
+	switch {
+	case !root.has("_format_version"):
+		p.errs.add("_format_version", "required field missing (want \"3.0\")")
+	case v != "3.0":
+		p.errs.add("_format_version", "unsupported version %q (want \"3.0\")", v)
+	}
+	p.cfg.FormatVersion = v
+	if root.has("_transform") && !root.boolean("_transform", true) {
+		p.errs.add("_transform", "only true is supported")
+	}
+	for i, v := range root.list("services") {
+		p.service(v, index("services", i))
+	}
+	for i, v := range root.list("routes") {
+		p.route(v, index("routes", i), nil)
+	}
+	for i, v := range root.list("consumers") {
+		p.consumer(v, index("consumers", i))
+	}
+	for i, v := range root.list("consumer_groups") {
+		p.group(v, index("consumer_groups", i))
+	}
+	for i, v := range root.list("plugins") {
+		p.plugin(v, index("plugins", i), scope{})
+	}
+	root.finish()
+	p.resolve()
+	p.checkUnique()
+	return &p.cfg
+}
+
+// stableID derives an id from an entity's kind and natural key, so that an
+// entity without a configured id keeps its id (and its counters) across
+// reloads. It is shaped like a UUID (version 5 layout).
+func stableID(kind, key string) string {
+	h := sha1.Sum([]byte("sluice\x00" + kind + "\x00" + key))
+	h[6] = (h[6] & 0x0f) | 0x50
+	h[8] = (h[8] & 0x3f) | 0x80
+	s := hex.EncodeToString(h[:16])
+	return s[0:8] + "-" + s[8:12] + "-" + s[12:16] + "-" + s[16:20] + "-" + s[20:32]
+}
+
+func (p *parser) service(v any, path string) {
+	o := asObj(v, path, p.errs)
+	if o == nil {
+		return
+	}
+	s := &Service{
+		ID:      o.str("id"),
+		Name:    o.str("name"),
+		Enabled: o.boolean("enabled", true),
+		Tags:    o.strList("tags"),
+	}
+	s.ConnectTimeout = time.Duration(o.integer("connect_timeout", 60000, 1, 1<<31-1)) * time.Millisecond
+	s.ReadTimeout = time.Duration(o.integer("read_timeout", 60000, 1, 1<<31-1)) * time.Millisecond
+	s.WriteTimeout = time.Duration(o.integer("write_timeout", 60000, 1, 1<<31-1)) * time.Millisecond
+	s.Retries = int(o.integer("retries", 5, 0, 32767))
+	if o.has("url") {
+		for _, f := range []string{"protocol", "host", "port", "path"} {
+			if o.has(f) {
+				p.errs.add(o.field(f), "cannot be set together with url")
+			}
+		}
+		p.serviceURL(s, o.str("url"), o.field("url"))
+	} else {
+		s.Protocol = o.str("protocol")
+		if s.Protocol == "" {
+			s.Protocol = "http"
+		}
+		s.Host = o.str("host")
+		s.Path = o.str("path")
+		s.Port = int(o.integer("port", 0, 0, 65535))
+		if s.Host == "" && !o.has("host") {
+			p.errs.add(o.field("host"), "required field missing (or set url)")
+		}
+		if s.Path != "" && !strings.HasPrefix(s.Path, "/") {
+			p.errs.add(o.field("path"), "must start with /")
+		}
+	}
+	switch s.Protocol {
+	case "http":
+		if s.Port == 0 {
+			s.Port = 80
+		}
+	case "https":
+		if s.Port == 0 {
+			s.Port = 443
+		}
+	default:
+		p.errs.add(o.field("protocol"), "unsupported protocol %q (want http or https)", s.Protocol)
+	}
+	if s.ID == "" {
+		key := s.Name
+		if key == "" {
+			key = path
+		}
+		s.ID = stableID("service", key)
+	}
+	p.cfg.Services = append(p.cfg.Services, s)
+	for i, r := range o.list("routes") {
+		p.route(r, index(o.field("routes"), i), s)
+	}
+	for i, pl := range o.list("plugins") {
+		p.plugin(pl, index(o.field("plugins"), i), scope{service: s})
+	}
+	o.finish()
+}
+
+func (p *parser) serviceURL(s *Service, raw, path string) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		p.errs.add(path, "invalid url %q", raw)
+		return
+	}
+	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		p.errs.add(path, "url must not have a query, fragment or user info")
+	}
+	s.Protocol = u.Scheme
+	s.Host = u.Hostname()
+	if ps := u.Port(); ps != "" {
+		n, err := strconv.Atoi(ps)
+		if err != nil || n < 1 || n > 65535 {
+			p.errs.add(path, "invalid port %q", ps)
+		}
+		s.Port = n
+	}
+	s.Path = u.EscapedPath()
+}
+
+func (p *parser) route(v any, path string, svc *Service) {
+	o := asObj(v, path, p.errs)
+	if o == nil {
+		return
+	}
+	r := &Route{
+		ID:            o.str("id"),
+		Name:          o.str("name"),
+		Service:       svc,
+		StripPath:     o.boolean("strip_path", true),
+		PreserveHost:  o.boolean("preserve_host", false),
+		RegexPriority: int(o.integer("regex_priority", 0, -1<<31, 1<<31-1)),
+		Tags:          o.strList("tags"),
+		Where:         path,
+	}
+	if svc != nil {
+		if o.has("service") {
+			p.errs.add(o.field("service"), "a nested route belongs to its service already")
+		}
+		o.get("service")
+	} else if ref := o.ref("service"); ref != "" {
+		p.routeSvc = append(p.routeSvc, pendingRef[*Route]{r, ref, o.field("service")})
+	}
+	r.Paths = o.strList("paths")
+	for i, ps := range r.Paths {
+		fp := index(o.field("paths"), i)
+		switch {
+		case strings.HasPrefix(ps, "~"):
+			if _, err := regexp.Compile(ps[1:]); err != nil {
+				p.errs.add(fp, "invalid regex %q: %v", ps[1:], err)
+			}
+		case !strings.HasPrefix(ps, "/"):
+			p.errs.add(fp, "must start with / (or ~ for a regex), got %q", ps)
+		}
+	}
+	r.Methods = o.strList("methods")
+	for i, m := range r.Methods {
+		if m == "" || strings.ToUpper(m) != m || strings.ContainsAny(m, " \t/:") {
+			p.errs.add(index(o.field("methods"), i), "invalid method %q (want an upper-case token)", m)
+		}
+	}
+	r.Hosts = strings2lower(o.strList("hosts"))
+	for i, h := range r.Hosts {
+		if !validHost(h) {
+			p.errs.add(index(o.field("hosts"), i), "invalid host %q", h)
+		}
+	}
+	r.Protocols = o.strList("protocols")
+	if r.Protocols == nil {
+		r.Protocols = []string{"http", "https"}
+	}
+	for i, pr := range r.Protocols {
+		if pr != "http" && pr != "https" {
+			p.errs.add(index(o.field("protocols"), i), "unsupported protocol %q (want http or https)", pr)
+		}
+	}
+	if len(r.Paths) == 0 && len(r.Methods) == 0 && len(r.Hosts) == 0 {
+		p.errs.add(path, "must set one of 'methods', 'hosts', 'paths'")
+	}
+	if r.ID == "" {
+		key := r.Name
+		if key == "" {
+			key = path
+		}
+		r.ID = stableID("route", key)
+	}
+	p.cfg.Routes = append(p.cfg.Routes, r)
+	for i, pl := range o.list("plugins") {
+		p.plugin(pl, index(o.field("plugins"), i), scope{route: r})
+	}
+	o.finish()
+}
+
+func validHost(h string) bool {
+	if h == "" {
+		return false
+	}
+	name := h
+	if host, port, err := net.SplitHostPort(h); err == nil {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return false
+		}
+		name = host
+	}
+	name = strings.TrimPrefix(name, "*.")
+	name = strings.TrimSuffix(name, ".*")
+	if name == "" || strings.Contains(name, "*") {
+		return false
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == ':' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+func (p *parser) consumer(v any, path string) {
+	o := asObj(v, path, p.errs)
+	if o == nil {
+		return
+	}
+	c := &Consumer{
+		ID:       o.str("id"),
+		Username: o.str("username"),
+		CustomID: o.str("custom_id"),
+		Tags:     o.strList("tags"),
+	}
+	if c.Username == "" && c.CustomID == "" {
+		p.errs.add(path, "at least one of these fields must be non-empty: 'custom_id', 'username'")
+	}
+	for i, kv := range o.list("keyauth_credentials") {
+		kp := index(o.field("keyauth_credentials"), i)
+		ko := asObj(kv, kp, p.errs)
+		if ko == nil {
+			continue
+		}
+		cr := Credential{ID: ko.str("id"), Key: ko.str("key")}
+		ko.strList("tags")
+		if cr.Key == "" {
+			p.errs.add(ko.field("key"), "required field missing")
+		}
+		if cr.ID == "" {
+			cr.ID = stableID("keyauth_credential", cr.Key)
+		}
+		c.KeyAuthKeys = append(c.KeyAuthKeys, cr)
+		ko.finish()
+	}
+	for i, g := range o.list("groups") {
+		gp := index(o.field("groups"), i)
+		ref := refValue(g, gp, p.errs)
+		if ref != "" {
+			p.memberRefs = append(p.memberRefs, pendingMember{consumer: c, ref: ref, path: gp})
+		}
+	}
+	if c.ID == "" {
+		key := "u:" + c.Username
+		if c.Username == "" {
+			key = "c:" + c.CustomID
+		}
+		c.ID = stableID("consumer", key)
+	}
+	p.cfg.Consumers = append(p.cfg.Consumers, c)
+	for i, pl := range o.list("plugins") {
+		p.plugin(pl, index(o.field("plugins"), i), scope{consumer: c})
+	}
+	o.finish()
+}
+
+// refValue reads a list element that references an entity: a string or a
+// mapping with one of id, name, username, custom_id.
+func refValue(v any, path string, errs *errList) string {
+	if s, ok := v.(string); ok && s != "" {
+		return s
+	}
+	o := asObj(v, path, errs)
+	if o == nil {
+		return ""
+	}
+	s := ""
+	for _, k := range []string{"id", "name", "username", "custom_id"} {
+		if x := o.str(k); x != "" && s == "" {
+			s = x
+		}
+	}
+	o.finish()
+	if s == "" {
+		errs.add(path, "reference needs an id, a name or a username")
+	}
+	return s
+}
+
+func (p *parser) group(v any, path string) {
+	o := asObj(v, path, p.errs)
+	if o == nil {
+		return
+	}
+	g := &ConsumerGroup{ID: o.str("id"), Name: o.str("name"), Tags: o.strList("tags")}
+	if g.Name == "" {
+		p.errs.add(o.field("name"), "required field missing")
+	}
+	if g.ID == "" {
+		g.ID = stableID("consumer_group", g.Name)
+	}
+	p.cfg.ConsumerGroups = append(p.cfg.ConsumerGroups, g)
+	for i, c := range o.list("consumers") {
+		cp := index(o.field("consumers"), i)
+		if ref := refValue(c, cp, p.errs); ref != "" {
+			p.memberRefs = append(p.memberRefs, pendingMember{group: g, ref: ref, path: cp})
+		}
+	}
+	for i, pl := range o.list("plugins") {
+		p.plugin(pl, index(o.field("plugins"), i), scope{group: g})
+	}
+	o.finish()
+}
+
+// scope is the parent a nested plugin inherits.
+type scope struct {
+	service  *Service
+	route    *Route
+	consumer *Consumer
+	group    *ConsumerGroup
+}
+
+func (p *parser) plugin(v any, path string, sc scope) {
+	o := asObj(v, path, p.errs)
+	if o == nil {
+		return
+	}
+	pl := &Plugin{
+		ID:            o.str("id"),
+		Name:          o.str("name"),
+		InstanceName:  o.str("instance_name"),
+		Enabled:       o.boolean("enabled", true),
+		Config:        o.raw("config"),
+		Protocols:     o.strList("protocols"),
+		Tags:          o.strList("tags"),
+		Service:       sc.service,
+		Route:         sc.route,
+		Consumer:      sc.consumer,
+		ConsumerGroup: sc.group,
+		Where:         path,
+	}
+	if pl.Config == nil {
+		pl.Config = []byte("{}")
+	}
+	if pl.Name == "" {
+		p.errs.add(o.field("name"), "required field missing")
+	}
+	for i, pr := range pl.Protocols {
+		switch pr {
+		case "http", "https", "grpc", "grpcs":
+		default:
+			p.errs.add(index(o.field("protocols"), i), "unsupported protocol %q", pr)
+		}
+	}
+	pp := pendingPlugin{p: pl}
+	refs := []struct {
+		field  string
+		parent bool
+		dst    *string
+		dpath  *string
+	}{
+		{"service", sc.service != nil, &pp.service, &pp.servicePath},
+		{"route", sc.route != nil, &pp.route, &pp.routePath},
+		{"consumer", sc.consumer != nil, &pp.consumer, &pp.conPath},
+		{"consumer_group", sc.group != nil, &pp.group, &pp.gPath},
+	}
+	for _, r := range refs {
+		if r.parent && o.has(r.field) {
+			p.errs.add(o.field(r.field), "a nested plugin is scoped to its parent %s already", strings.ReplaceAll(r.field, "_", " "))
+		}
+		*r.dst = o.ref(r.field)
+		*r.dpath = o.field(r.field)
+	}
+	if o.has("ordering") {
+		p.errs.add(o.field("ordering"), "dynamic plugin ordering is not supported")
+	}
+	o.get("ordering")
+	p.plugRefs = append(p.plugRefs, pp)
+	p.cfg.Plugins = append(p.cfg.Plugins, pl)
+	o.finish()
+}
+
+func (p *parser) resolve() {
+	services := map[string]*Service{}
+	for _, s := range p.cfg.Services {
+		services[s.ID] = s
+		if s.Name != "" {
+			services[s.Name] = s
+		}
+	}
+	routes := map[string]*Route{}
+	for _, r := range p.cfg.Routes {
+		routes[r.ID] = r
+		if r.Name != "" {
+			routes[r.Name] = r
+		}
+	}
+	consumers := map[string]*Consumer{}
+	for _, c := range p.cfg.Consumers {
+		consumers[c.ID] = c
+		if c.Username != "" {
+			consumers[c.Username] = c
+		}
+	}
+	groups := map[string]*ConsumerGroup{}
+	for _, g := range p.cfg.ConsumerGroups {
+		groups[g.ID] = g
+		if g.Name != "" {
+			groups[g.Name] = g
+		}
+	}
+	for _, pr := range p.routeSvc {
+		s, ok := services[pr.ref]
+		if !ok {
+			p.errs.add(pr.path, "no service named %q", pr.ref)
+			continue
+		}
+		pr.ent.Service = s
+	}
+	for _, m := range p.memberRefs {
+		if m.consumer != nil {
+			g, ok := groups[m.ref]
+			if !ok {
+				p.errs.add(m.path, "no consumer group named %q", m.ref)
+				continue
+			}
+			addMember(g, m.consumer)
+			continue
+		}
+		c, ok := consumers[m.ref]
+		if !ok {
+			for _, x := range p.cfg.Consumers {
+				if x.CustomID != "" && x.CustomID == m.ref {
+					c, ok = x, true
+					break
+				}
+			}
+		}
+		if !ok {
+			p.errs.add(m.path, "no consumer named %q", m.ref)
+			continue
+		}
+		addMember(m.group, c)
+	}
+	for _, c := range p.cfg.Consumers {
+		sort.Slice(c.Groups, func(i, j int) bool { return c.Groups[i].Name < c.Groups[j].Name })
+	}
+	for _, pp := range p.plugRefs {
+		pl := pp.p
+		if pp.service != "" {
+			if s, ok := services[pp.service]; ok {
+				pl.Service = s
+			} else {
+				p.errs.add(pp.servicePath, "no service named %q", pp.service)
+			}
+		}
+		if pp.route != "" {
+			if r, ok := routes[pp.route]; ok {
+				pl.Route = r
+			} else {
+				p.errs.add(pp.routePath, "no route named %q", pp.route)
+			}
+		}
+		if pp.consumer != "" {
+			if c, ok := consumers[pp.consumer]; ok {
+				pl.Consumer = c
+			} else {
+				p.errs.add(pp.conPath, "no consumer named %q", pp.consumer)
+			}
+		}
+		if pp.group != "" {
+			if g, ok := groups[pp.group]; ok {
+				pl.ConsumerGroup = g
+			} else {
+				p.errs.add(pp.gPath, "no consumer group named %q", pp.group)
+			}
+		}
+		if pl.Consumer != nil && pl.ConsumerGroup != nil {
+			p.errs.add(pl.Where, "a plugin cannot be scoped to both a consumer and a consumer group")
+		}
+		if pl.ID == "" {
+			pl.ID = stableID("plugin", pl.Name+"\x00"+scopeKey(pl)+"\x00"+pl.InstanceName)
+		}
+	}
+}
+
+func addMember(g *ConsumerGroup, c *Consumer) {
+	for _, x := range c.Groups {
+		if x == g {
+			return
+		}
+	}
+	c.Groups = append(c.Groups, g)
+	g.Consumers = append(g.Consumers, c)
+}
+
+func scopeKey(pl *Plugin) string {
+	var b strings.Builder
+	if pl.Service != nil {
+		b.WriteString("s=" + pl.Service.ID)
+	}
+	if pl.Route != nil {
+		b.WriteString(",r=" + pl.Route.ID)
+	}
+	if pl.Consumer != nil {
+		b.WriteString(",c=" + pl.Consumer.ID)
+	}
+	if pl.ConsumerGroup != nil {
+		b.WriteString(",g=" + pl.ConsumerGroup.ID)
+	}
+	return b.String()
+}
+
+func (p *parser) checkUnique() {
+	seen := map[string]string{}
+	once := func(kind, key, path string) {
+		if key == "" {
+			return
+		}
+		k := kind + "\x00" + key
+		if prev, ok := seen[k]; ok {
+			p.errs.add(path, "duplicate %s %q (also at %s)", kind, key, prev)
+			return
+		}
+		seen[k] = path
+	}
+	for i, s := range p.cfg.Services {
+		once("service id", s.ID, index("services", i))
+		once("service name", s.Name, index("services", i))
+	}
+	for _, r := range p.cfg.Routes {
+		once("route id", r.ID, r.Where)
+		once("route name", r.Name, r.Where)
+	}
+	for i, c := range p.cfg.Consumers {
+		at := index("consumers", i)
+		once("consumer id", c.ID, at)
+		once("consumer username", c.Username, at)
+		once("consumer custom_id", c.CustomID, at)
+		for j, k := range c.KeyAuthKeys {
+			once("key-auth key", k.Key, index(at+".keyauth_credentials", j))
+		}
+	}
+	for i, g := range p.cfg.ConsumerGroups {
+		once("consumer group id", g.ID, index("consumer_groups", i))
+		once("consumer group name", g.Name, index("consumer_groups", i))
+	}
+	for _, pl := range p.cfg.Plugins {
+		once("plugin id", pl.ID, pl.Where)
+		if pl.Name != "" {
+			once("plugin", pl.Name+" on "+describeScope(pl), pl.Where)
+		}
+	}
+}
+
+func describeScope(pl *Plugin) string {
+	var parts []string
+	if pl.Service != nil {
+		parts = append(parts, "service "+nameOr(pl.Service.Name, pl.Service.ID))
+	}
+	if pl.Route != nil {
+		parts = append(parts, "route "+nameOr(pl.Route.Name, pl.Route.ID))
+	}
+	if pl.Consumer != nil {
+		parts = append(parts, "consumer "+nameOr(pl.Consumer.Username, pl.Consumer.ID))
+	}
+	if pl.ConsumerGroup != nil {
+		parts = append(parts, "consumer group "+pl.ConsumerGroup.Name)
+	}
+	if len(parts) == 0 {
+		return "global scope"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func nameOr(name, id string) string {
+	if name != "" {
+		return name
+	}
+	return id
+}
+
+func joinHostPort(host string, port int) string {
+	return net.JoinHostPort(host, strconv.Itoa(port))
+}
+
+// String describes the plugin and its scope, for logs.
+func (pl *Plugin) String() string {
+	return fmt.Sprintf("%s (%s)", pl.Name, describeScope(pl))
+}

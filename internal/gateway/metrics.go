@@ -1,0 +1,85 @@
+package gateway
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Metrics are the gateway's Prometheus collectors, registered on a
+// registry the caller owns (never the global default one).
+type Metrics struct {
+	Registry *prometheus.Registry
+
+	requests       *prometheus.CounterVec
+	decisions      *prometheus.CounterVec
+	decisionTime   *prometheus.HistogramVec
+	upstreamErrors *prometheus.CounterVec
+	inflight       prometheus.Gauge
+	reloads        *prometheus.CounterVec
+	generation     prometheus.Gauge
+	lastReload     prometheus.Gauge
+	storeErrors    *prometheus.CounterVec
+}
+
+// NewMetrics creates the collectors and registers them, with the Go
+// runtime and process collectors, on reg (a new registry when nil). It
+// fails when reg already holds collectors of the same names.
+func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := &Metrics{
+		Registry: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_http_requests_total",
+			Help: "Proxied and answered requests by route, service and status code.",
+		}, []string{"route", "service", "code"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_plugin_decisions_total",
+			Help: "Plugin decisions by plugin and outcome (allowed, denied, unauthorized, error, ...).",
+		}, []string{"plugin", "outcome"}),
+		decisionTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_plugin_decision_duration_seconds",
+			Help:    "Time spent in a plugin's access phase.",
+			Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .05, .25},
+		}, []string{"plugin"}),
+		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_upstream_errors_total",
+			Help: "Failed upstream requests by service and kind (timeout, connect).",
+		}, []string{"service", "kind"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_inflight_requests",
+			Help: "Requests being handled, streaming responses included.",
+		}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_config_reloads_total",
+			Help: "Configuration loads by source (file, admin, etcd, ...) and result (applied, rejected).",
+		}, []string{"source", "result"}),
+		generation: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_config_generation",
+			Help: "Number of the configuration generation serving requests.",
+		}),
+		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_config_last_reload_timestamp_seconds",
+			Help: "Unix time of the last applied configuration.",
+		}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_store_errors_total",
+			Help: "Counter store (Redis) errors seen by plugins, by plugin.",
+		}, []string{"plugin"}),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.decisionTime, m.upstreamErrors,
+		m.inflight, m.reloads, m.generation, m.lastReload, m.storeErrors,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("gateway: registering metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// Register adds further collectors (the policy registry's store state, for
+// instance) to the gateway's registry.
+func (m *Metrics) Register(c prometheus.Collector) error { return m.Registry.Register(c) }

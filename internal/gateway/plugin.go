@@ -1,0 +1,195 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"sort"
+
+	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+)
+
+// A Plugin is one configured plugin instance of a configuration
+// generation. Access runs in the access phase, in descending priority
+// order of the plugin names; a plugin that answers the request itself
+// (x.Respond) stops the chain and the request is not proxied.
+//
+// Plugins must be safe for concurrent use: one instance serves every
+// request of its generation.
+type Plugin interface {
+	Access(x *Exchange) error
+}
+
+// A PluginFactory builds plugin instances of one name from their raw JSON
+// config.
+type PluginFactory struct {
+	// Name is the plugin name in configuration ("key-auth").
+	Name string
+	// Priority orders plugins as Kong's PRIORITY does: higher runs first.
+	Priority int
+	// New decodes and validates config strictly and returns the instance.
+	// Config problems are returned as kongconf.Errors with paths starting
+	// at "config", or as any error type fieldErrors understands.
+	New func(config json.RawMessage, env *BuildEnv) (Plugin, error)
+}
+
+// BuildEnv is what a plugin factory may use besides its config: the plugin
+// entity (scope), and the process-wide resources that outlive
+// configuration generations.
+type BuildEnv struct {
+	Entity *kongconf.Plugin
+	Config *kongconf.Config
+	// Shared holds the gateway's long-lived resources (stores keyed by
+	// namespace), so that counters survive reloads.
+	Shared *Shared
+}
+
+// instance is a built plugin with its precedence rank.
+type instance struct {
+	entity   *kongconf.Plugin
+	factory  *PluginFactory
+	plugin   Plugin
+	rank     int
+	priority int
+}
+
+// rank is Kong Enterprise's plugin precedence with consumer groups (spec
+// §6.4): 1 is the most specific. ok is false for combinations Kong does
+// not accept.
+func rank(p *kongconf.Plugin) (int, bool) {
+	c, g, r, s := p.Consumer != nil, p.ConsumerGroup != nil, p.Route != nil, p.Service != nil
+	switch {
+	case c && g:
+		return 0, false
+	case c && r && s:
+		return 1, true
+	case g && r && s:
+		return 2, true
+	case c && r:
+		return 3, true
+	case c && s:
+		return 4, true
+	case g && r:
+		return 5, true
+	case g && s:
+		return 6, true
+	case r && s:
+		return 7, true
+	case c:
+		return 8, true
+	case g:
+		return 9, true
+	case r:
+		return 10, true
+	case s:
+		return 11, true
+	}
+	return 12, true
+}
+
+// chain is, for one route, the candidate instances of each plugin name in
+// priority order; each candidate list is sorted most specific first.
+type chain struct {
+	names [][]*instance
+}
+
+// buildChain selects the instances that can apply to route r (those whose
+// route and service scopes match) and orders them.
+func buildChain(all []*instance, r *kongconf.Route) *chain {
+	byName := map[string][]*instance{}
+	var names []string
+	for _, in := range all {
+		p := in.entity
+		if p.Route != nil && p.Route != r {
+			continue
+		}
+		if p.Service != nil && (r == nil || p.Service != r.Service) {
+			continue
+		}
+		if _, ok := byName[p.Name]; !ok {
+			names = append(names, p.Name)
+		}
+		byName[p.Name] = append(byName[p.Name], in)
+	}
+	sort.SliceStable(names, func(i, j int) bool {
+		pi, pj := byName[names[i]][0].priority, byName[names[j]][0].priority
+		if pi != pj {
+			return pi > pj
+		}
+		return names[i] < names[j]
+	})
+	c := &chain{}
+	for _, n := range names {
+		list := byName[n]
+		sort.SliceStable(list, func(i, j int) bool {
+			if list[i].rank != list[j].rank {
+				return list[i].rank < list[j].rank
+			}
+			// Among group-scoped instances, the group whose name sorts first.
+			gi, gj := list[i].entity.ConsumerGroup, list[j].entity.ConsumerGroup
+			if gi != nil && gj != nil {
+				return gi.Name < gj.Name
+			}
+			return false
+		})
+		c.names = append(c.names, list)
+	}
+	return c
+}
+
+// pick returns the most specific instance of one plugin name that applies
+// to the consumer (nil when unauthenticated), or nil.
+func pick(list []*instance, consumer *kongconf.Consumer) *instance {
+	for _, in := range list {
+		p := in.entity
+		if p.Consumer != nil && p.Consumer != consumer {
+			continue
+		}
+		if p.ConsumerGroup != nil && !inGroup(consumer, p.ConsumerGroup) {
+			continue
+		}
+		return in
+	}
+	return nil
+}
+
+func inGroup(c *kongconf.Consumer, g *kongconf.ConsumerGroup) bool {
+	if c == nil {
+		return false
+	}
+	for _, x := range c.Groups {
+		if x == g {
+			return true
+		}
+	}
+	return false
+}
+
+// fieldErrors turns a plugin factory's error into field errors under the
+// plugin's path. It understands kongconf.Errors and any error with a
+// FieldErrors() method; others become one error at "<where>.config".
+func fieldErrors(where string, err error) []kongconf.FieldError {
+	var ke kongconf.Errors
+	if errors.As(err, &ke) {
+		out := make([]kongconf.FieldError, len(ke))
+		for i, fe := range ke {
+			out[i] = kongconf.FieldError{Path: joinPath(where, fe.Path), Msg: fe.Msg}
+		}
+		return out
+	}
+	var fl interface{ FieldErrors() []kongconf.FieldError }
+	if errors.As(err, &fl) {
+		var out []kongconf.FieldError
+		for _, fe := range fl.FieldErrors() {
+			out = append(out, kongconf.FieldError{Path: joinPath(where, fe.Path), Msg: fe.Msg})
+		}
+		return out
+	}
+	return []kongconf.FieldError{{Path: where + ".config", Msg: err.Error()}}
+}
+
+func joinPath(where, p string) string {
+	if p == "" {
+		return where
+	}
+	return where + "." + p
+}

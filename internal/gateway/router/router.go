@@ -1,0 +1,251 @@
+// Package router matches requests to Kong routes by host, method and path.
+//
+// Order, as Kong's traditional_compatible router: a route matching on more
+// kinds of attribute (hosts, methods, paths) wins over one matching on fewer;
+// then regex paths (by regex_priority, higher first) before prefix paths
+// (longest first); then configuration order. A Router is immutable and safe
+// for concurrent use.
+package router
+
+import (
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+)
+
+// A Router holds the compiled routes of one configuration.
+type Router struct {
+	entries []entry
+}
+
+type entry struct {
+	route    *kongconf.Route
+	prefix   string         // "" for a regex or path-less entry
+	re       *regexp.Regexp // anchored at the start
+	hasPath  bool
+	attrs    int // number of attribute kinds the route matches on
+	order    int
+	hosts    []hostPattern
+	methods  []string
+	priority int
+}
+
+type hostPattern struct {
+	exact, suffix, prefix string // one is set; suffix for "*.x", prefix for "x.*"
+	port                  string // "" matches any port
+}
+
+// A Match is the route a request matched and the path to send upstream.
+type Match struct {
+	Route *kongconf.Route
+	// Path is the request path after strip_path, before the service path
+	// is prepended.
+	Path string
+	// Captures are the named groups of a regex path match.
+	Captures map[string]string
+}
+
+// New compiles routes. Route paths are validated by kongconf, so a regex
+// that does not compile here is skipped.
+func New(routes []*kongconf.Route) *Router {
+	r := &Router{}
+	for i, rt := range routes {
+		attrs := 0
+		if len(rt.Hosts) > 0 {
+			attrs++
+		}
+		if len(rt.Methods) > 0 {
+			attrs++
+		}
+		if len(rt.Paths) > 0 {
+			attrs++
+		}
+		base := entry{route: rt, attrs: attrs, order: i, methods: rt.Methods, priority: rt.RegexPriority}
+		for _, h := range rt.Hosts {
+			base.hosts = append(base.hosts, compileHost(h))
+		}
+		if len(rt.Paths) == 0 {
+			r.entries = append(r.entries, base)
+			continue
+		}
+		for _, p := range rt.Paths {
+			e := base
+			e.hasPath = true
+			if strings.HasPrefix(p, "~") {
+				re, err := regexp.Compile("^(?:" + p[1:] + ")")
+				if err != nil {
+					continue
+				}
+				e.re = re
+			} else {
+				e.prefix = p
+			}
+			r.entries = append(r.entries, e)
+		}
+	}
+	sort.SliceStable(r.entries, func(i, j int) bool {
+		a, b := &r.entries[i], &r.entries[j]
+		if a.attrs != b.attrs {
+			return a.attrs > b.attrs
+		}
+		if (a.re != nil) != (b.re != nil) {
+			return a.re != nil
+		}
+		if a.re != nil {
+			if a.priority != b.priority {
+				return a.priority > b.priority
+			}
+		} else if len(a.prefix) != len(b.prefix) {
+			return len(a.prefix) > len(b.prefix)
+		}
+		return a.order < b.order
+	})
+	return r
+}
+
+func compileHost(h string) hostPattern {
+	var hp hostPattern
+	name := h
+	if i := strings.LastIndexByte(h, ':'); i > 0 && !strings.Contains(h[i+1:], "]") && strings.Count(h, ":") == 1 {
+		name, hp.port = h[:i], h[i+1:]
+	}
+	switch {
+	case strings.HasPrefix(name, "*."):
+		hp.suffix = name[1:]
+	case strings.HasSuffix(name, ".*"):
+		hp.prefix = name[:len(name)-1]
+	default:
+		hp.exact = name
+	}
+	return hp
+}
+
+func (hp *hostPattern) match(host, port string) bool {
+	if hp.port != "" && hp.port != port {
+		return false
+	}
+	switch {
+	case hp.exact != "":
+		return host == hp.exact
+	case hp.suffix != "":
+		return len(host) > len(hp.suffix) && strings.HasSuffix(host, hp.suffix)
+	default:
+		return len(host) > len(hp.prefix) && strings.HasPrefix(host, hp.prefix)
+	}
+}
+
+// Match finds the route for a request. host is the Host header (any case,
+// with or without port), path the request path without the query string.
+// It reports false when no route matches.
+func (r *Router) Match(method, host, path string) (Match, bool) {
+	hostName, port := splitHost(host)
+	for i := range r.entries {
+		e := &r.entries[i]
+		if len(e.methods) > 0 && !contains(e.methods, method) {
+			continue
+		}
+		if len(e.hosts) > 0 {
+			ok := false
+			for j := range e.hosts {
+				if e.hosts[j].match(hostName, port) {
+					ok = true
+					break
+				}
+			}
+			if !ok {
+				continue
+			}
+		}
+		if !e.hasPath {
+			return Match{Route: e.route, Path: path}, true
+		}
+		if e.re != nil {
+			loc := e.re.FindStringSubmatchIndex(path)
+			if loc == nil {
+				continue
+			}
+			m := Match{Route: e.route, Path: path}
+			names := e.re.SubexpNames()
+			for k := 1; k < len(names); k++ {
+				if names[k] != "" && loc[2*k] >= 0 {
+					if m.Captures == nil {
+						m.Captures = map[string]string{}
+					}
+					m.Captures[names[k]] = path[loc[2*k]:loc[2*k+1]]
+				}
+			}
+			if e.route.StripPath {
+				m.Path = strip(path, loc[1])
+			}
+			return m, true
+		}
+		if !strings.HasPrefix(path, e.prefix) {
+			continue
+		}
+		m := Match{Route: e.route, Path: path}
+		if e.route.StripPath {
+			m.Path = strip(path, len(e.prefix))
+		}
+		return m, true
+	}
+	return Match{}, false
+}
+
+// strip removes path[:n]; a result that does not start with "/" gets one,
+// so that "/api" stripped from "/api/x" and from "/apix" gives "/x" and "/x"
+// (Kong's path_handling v0 joins the same way).
+func strip(path string, n int) string {
+	rest := path[n:]
+	if rest == "" || rest[0] != '/' {
+		rest = "/" + rest
+	}
+	return rest
+}
+
+// UpstreamPath joins a service path and the (stripped) request path with
+// exactly one slash between them. An empty service path leaves the request
+// path as it is; a request path of "/" after stripping gives the service
+// path itself.
+func UpstreamPath(servicePath, reqPath string) string {
+	if servicePath == "" || servicePath == "/" {
+		if reqPath == "" {
+			return "/"
+		}
+		return reqPath
+	}
+	if reqPath == "/" || reqPath == "" {
+		return servicePath
+	}
+	if strings.HasSuffix(servicePath, "/") {
+		return servicePath + reqPath[1:]
+	}
+	return servicePath + reqPath
+}
+
+func splitHost(host string) (name, port string) {
+	host = strings.ToLower(host)
+	if strings.HasPrefix(host, "[") {
+		if i := strings.Index(host, "]"); i > 0 {
+			name = host[:i+1]
+			if len(host) > i+2 && host[i+1] == ':' {
+				port = host[i+2:]
+			}
+			return name, port
+		}
+	}
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && strings.Count(host, ":") == 1 {
+		return host[:i], host[i+1:]
+	}
+	return host, ""
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
