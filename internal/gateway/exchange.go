@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/netip"
 	"time"
 
@@ -38,6 +39,7 @@ type Exchange struct {
 	// RequestID is the id sent in X-Kong-Request-Id and in error bodies.
 	RequestID string
 
+	storeErrs   []error
 	respHeaders [][2]string
 	responded   bool
 	onEnd       []func()
@@ -114,6 +116,13 @@ func (x *Exchange) OnEnd(f func()) { x.onEnd = append(x.onEnd, f) }
 // ("allowed", "denied", "error", ...).
 func (x *Exchange) Outcome(plugin, outcome string) {
 	x.plugins = append(x.plugins, pluginOutcome{plugin, outcome})
+}
+
+// StoreError reports a counter store failure that the plugin survived
+// (it decided locally or allowed the request): it is logged and counted,
+// and the request goes on.
+func (x *Exchange) StoreError(plugin string, err error) {
+	x.storeErrs = append(x.storeErrs, fmt.Errorf("%s: %w", plugin, err))
 }
 
 func kongErrorBody(message, requestID string) []byte {

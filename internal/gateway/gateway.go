@@ -31,6 +31,7 @@ import (
 	"github.com/seed-008287da/sluice/internal/gateway/clientip"
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
 	"github.com/seed-008287da/sluice/internal/gateway/router"
+	"github.com/seed-008287da/sluice/policy"
 )
 
 // Errors.
@@ -89,13 +90,24 @@ type Options struct {
 	Now func() time.Time
 }
 
-// Shared is the state that outlives configuration generations. Plugins
-// find their counter stores here, keyed by namespace, so that a reload
-// keeps counters.
+// Shared is the state that outlives configuration generations: the
+// policy registry owning the rate-limiting counter stores (keyed by
+// namespace, so a reload keeps counters) and other long-lived resources
+// plugins ask for by key. It is safe for concurrent use.
 type Shared struct {
+	policy *policy.Registry
+
 	mu     sync.Mutex
 	values map[string]io.Closer
 }
+
+// NewShared returns a Shared whose policy registry is built with opts.
+func NewShared(opts policy.RegistryOptions) *Shared {
+	return &Shared{policy: policy.NewRegistry(opts)}
+}
+
+// Policy returns the registry of rate-limiting stores.
+func (s *Shared) Policy() *policy.Registry { return s.policy }
 
 // Value returns the resource stored under key, creating it with create on
 // first use. Resources are closed by Close.
@@ -116,11 +128,11 @@ func (s *Shared) Value(key string, create func() (io.Closer, error)) (io.Closer,
 	return v, nil
 }
 
-// Close closes every resource.
+// Close closes the registry and every resource.
 func (s *Shared) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var errs []error
+	errs := []error{s.policy.Close()}
 	for _, v := range s.values {
 		errs = append(errs, v.Close())
 	}
@@ -158,6 +170,18 @@ type generation struct {
 	loadedAt time.Time
 	router   *router.Router
 	chains   map[*kongconf.Route]*chain
+	closers  []io.Closer
+}
+
+// close releases the generation's plugin instances (their references to
+// shared stores). Requests still running on it finish: stores are only
+// closed when no generation uses their namespace any more.
+func (gen *generation) close() error {
+	var errs []error
+	for _, c := range gen.closers {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // New returns a Gateway with no configuration: until Load succeeds every
@@ -178,7 +202,7 @@ func New(opts Options) (*Gateway, error) {
 		g.metrics = m
 	}
 	if g.opts.Shared == nil {
-		g.opts.Shared = &Shared{}
+		g.opts.Shared = NewShared(policy.RegistryOptions{})
 	}
 	if g.opts.ClientIP == nil {
 		g.opts.ClientIP = &clientip.Resolver{}
@@ -233,8 +257,11 @@ func (g *Gateway) Shared() *Shared { return g.opts.Shared }
 // Validate builds data as Load would, without serving it. The error is a
 // kongconf.Errors listing every problem.
 func (g *Gateway) Validate(data []byte) error {
-	_, err := g.build(data, "validate")
-	return err
+	gen, err := g.build(data, "validate")
+	if err != nil {
+		return err
+	}
+	return gen.close()
 }
 
 // Load builds and validates data whole and, only if it is valid, makes it
@@ -252,11 +279,17 @@ func (g *Gateway) Load(data []byte, source string) error {
 		return err
 	}
 	if cur := g.gen.Load(); cur != nil && cur.hash == gen.hash {
+		_ = gen.close()
 		g.metrics.reloads.WithLabelValues(source, "unchanged").Inc()
 		return nil
 	}
 	gen.seq = g.genSeq.Add(1)
-	g.gen.Store(gen)
+	old := g.gen.Swap(gen)
+	if old != nil {
+		if err := old.close(); err != nil {
+			g.log.Warn("closing previous configuration", "error", err.Error())
+		}
+	}
 	g.metrics.reloads.WithLabelValues(source, "applied").Inc()
 	g.metrics.generation.Set(float64(gen.seq))
 	g.metrics.lastReload.Set(float64(gen.loadedAt.UnixNano()) / 1e9)
@@ -271,6 +304,7 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 		return nil, errs
 	}
 	var insts []*instance
+	var closers []io.Closer
 	for _, p := range cfg.Plugins {
 		if p.Name == "" {
 			continue
@@ -285,16 +319,22 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 		if !ok {
 			continue // reported by kongconf
 		}
-		pl, err := f.New(p.Config, &BuildEnv{Entity: p, Config: cfg, Shared: g.opts.Shared})
+		pl, err := f.New(p.Config, &BuildEnv{Entity: p, Config: cfg, Shared: g.opts.Shared, Logger: g.log})
 		if err != nil {
 			errs = append(errs, fieldErrors(p.Where, err)...)
 			continue
+		}
+		if c, ok := pl.(io.Closer); ok {
+			closers = append(closers, c)
 		}
 		if p.Enabled {
 			insts = append(insts, &instance{entity: p, factory: f, plugin: pl, rank: r, priority: f.Priority})
 		}
 	}
 	if len(errs) > 0 {
+		for _, c := range closers {
+			_ = c.Close()
+		}
 		return nil, errs
 	}
 	sum := sha256.Sum256(data)
@@ -306,6 +346,7 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 		loadedAt: g.now(),
 		router:   router.New(cfg.Routes),
 		chains:   make(map[*kongconf.Route]*chain, len(cfg.Routes)),
+		closers:  closers,
 	}
 	for _, r := range cfg.Routes {
 		gen.chains[r] = buildChain(insts, r)

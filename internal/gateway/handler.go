@@ -109,7 +109,12 @@ func (g *Gateway) access(x *Exchange, in *instance) error {
 		))
 		x.Context = ctx
 	}
+	nerr := len(x.storeErrs)
 	err := in.plugin.Access(x)
+	for _, se := range x.storeErrs[nerr:] {
+		g.metrics.storeErrors.WithLabelValues(in.entity.Name).Inc()
+		g.log.Warn("counter store failed", "plugin", in.entity.Name, "request_id", x.RequestID, "error", se.Error())
+	}
 	g.metrics.decisionTime.WithLabelValues(in.entity.Name).Observe(time.Since(t0).Seconds())
 	outcome := "allowed"
 	if x.responded {
@@ -122,7 +127,6 @@ func (g *Gateway) access(x *Exchange, in *instance) error {
 	}
 	if err != nil {
 		outcome = "error"
-		g.metrics.storeErrors.WithLabelValues(in.entity.Name).Inc()
 	}
 	g.metrics.decisions.WithLabelValues(in.entity.Name, outcome).Inc()
 	if span != nil {

@@ -3,6 +3,7 @@ package gateway
 import (
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"sort"
 
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
@@ -15,6 +16,9 @@ import (
 //
 // Plugins must be safe for concurrent use: one instance serves every
 // request of its generation.
+//
+// A Plugin that also implements io.Closer is closed when its generation is
+// replaced or rejected.
 type Plugin interface {
 	Access(x *Exchange) error
 }
@@ -41,6 +45,8 @@ type BuildEnv struct {
 	// Shared holds the gateway's long-lived resources (stores keyed by
 	// namespace), so that counters survive reloads.
 	Shared *Shared
+	// Logger is the gateway's logger.
+	Logger *slog.Logger
 }
 
 // instance is a built plugin with its precedence rank.

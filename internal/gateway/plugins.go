@@ -14,5 +14,7 @@ const (
 func DefaultPlugins() []PluginFactory {
 	return []PluginFactory{
 		{Name: "key-auth", Priority: PriorityKeyAuth, New: newKeyAuth},
+		{Name: "rate-limiting-advanced", Priority: PriorityRateLimitingAdv, New: newRateLimitingAdvanced},
+		{Name: "rate-limiting", Priority: PriorityRateLimiting, New: newRateLimitingBasic},
 	}
 }

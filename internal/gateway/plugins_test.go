@@ -1,0 +1,175 @@
+package gateway
+
+import (
+	"strings"
+	"testing"
+)
+
+const authConfig = `
+_format_version: "3.0"
+services:
+  - name: api
+    url: UPSTREAM
+    routes:
+      - name: open
+        paths: [/open]
+      - name: locked
+        paths: [/locked]
+        plugins:
+          - name: key-auth
+            config: {key_names: [apikey, x-key], hide_credentials: true}
+consumers:
+  - username: alice
+    custom_id: cust-1
+    keyauth_credentials: [{key: alice-key}]
+    groups: [{name: gold}]
+  - username: bob
+    keyauth_credentials: [{key: bob-key}]
+consumer_groups:
+  - name: gold
+`
+
+func TestKeyAuth(t *testing.T) {
+	up := echoUpstream(t)
+	_, base := startGateway(t, withUpstream(authConfig, up), Options{})
+
+	if r := do(t, "GET", base+"/open", nil); r.status != 200 {
+		t.Fatalf("open route: %d %s", r.status, r.body)
+	}
+	r := do(t, "GET", base+"/locked", nil)
+	if r.status != 401 || !strings.HasPrefix(r.body, `{"message":"No API key found in request"`) {
+		t.Errorf("no key: %d %s", r.status, r.body)
+	}
+	if got := r.header.Get("WWW-Authenticate"); got != `Key realm="kong"` {
+		t.Errorf("WWW-Authenticate %q", got)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/json; charset=utf-8" {
+		t.Errorf("content type %q", ct)
+	}
+	r = do(t, "GET", base+"/locked", map[string]string{"apikey": "nope"})
+	if r.status != 401 || !strings.HasPrefix(r.body, `{"message":"Unauthorized"`) {
+		t.Errorf("bad key: %d %s", r.status, r.body)
+	}
+	r = do(t, "GET", base+"/locked", map[string]string{"apikey": "alice-key"})
+	if r.status != 200 {
+		t.Fatalf("header key: %d %s", r.status, r.body)
+	}
+	e := r.echoed(t)
+	if _, ok := e.Headers["apikey"]; ok {
+		t.Error("hide_credentials: the key header was forwarded")
+	}
+	if e.Headers["x-consumer-username"] != "alice" || e.Headers["x-consumer-custom-id"] != "cust-1" ||
+		e.Headers["x-consumer-groups"] != "gold" || e.Headers["x-consumer-id"] == "" {
+		t.Errorf("consumer headers: %v", e.Headers)
+	}
+	r = do(t, "GET", base+"/locked/x?x-key=bob-key&keep=1", nil)
+	if r.status != 200 {
+		t.Fatalf("query key: %d %s", r.status, r.body)
+	}
+	if e := r.echoed(t); e.Query != "keep=1" || e.Headers["x-consumer-username"] != "bob" {
+		t.Errorf("query key: query %q, headers %v", e.Query, e.Headers)
+	}
+}
+
+const rlaConfig = `
+_format_version: "3.0"
+services:
+  - name: api
+    url: UPSTREAM
+    routes:
+      - name: limited
+        paths: [/limited]
+        plugins:
+          - name: rate-limiting-advanced
+            config: {limit: [2], window_size: [60], window_type: fixed, namespace: t1}
+      - name: basic
+        paths: [/basic]
+        plugins:
+          - name: rate-limiting
+            config: {minute: 1}
+      - name: tiers
+        paths: [/tiers]
+        plugins:
+          - name: key-auth
+plugins:
+  - name: rate-limiting-advanced
+    route: tiers
+    config: {limit: [1], window_size: [60], window_type: fixed, namespace: base, identifier: consumer}
+  - name: rate-limiting-advanced
+    consumer_group: gold
+    config: {limit: [3], window_size: [60], window_type: fixed, namespace: gold, identifier: consumer}
+consumers:
+  - username: alice
+    keyauth_credentials: [{key: alice-key}]
+    groups: [{name: gold}]
+  - username: bob
+    keyauth_credentials: [{key: bob-key}]
+consumer_groups:
+  - name: gold
+`
+
+func TestRateLimitingAdvancedHeadersAndBody(t *testing.T) {
+	up := echoUpstream(t)
+	_, base := startGateway(t, withUpstream(rlaConfig, up), Options{})
+	for i := 1; i <= 2; i++ {
+		r := do(t, "GET", base+"/limited", nil)
+		if r.status != 200 {
+			t.Fatalf("request %d: %d %s", i, r.status, r.body)
+		}
+		if got, want := r.header.Get("X-RateLimit-Remaining-Minute"), []string{"", "1", "0"}[i]; got != want {
+			t.Errorf("request %d: X-RateLimit-Remaining-Minute %q, want %q", i, got, want)
+		}
+		if r.header.Get("X-RateLimit-Limit-Minute") != "2" || r.header.Get("RateLimit-Limit") != "2" {
+			t.Errorf("request %d: headers %v", i, r.header)
+		}
+	}
+	r := do(t, "GET", base+"/limited", nil)
+	if r.status != 429 || r.body != `{"message":"API rate limit exceeded"}` {
+		t.Errorf("over the limit: %d %s", r.status, r.body)
+	}
+	if r.header.Get("Retry-After") == "" || r.header.Get("RateLimit-Remaining") != "0" {
+		t.Errorf("429 headers: %v", r.header)
+	}
+	if ct := r.header.Get("Content-Type"); ct != "application/json; charset=utf-8" {
+		t.Errorf("429 content type %q", ct)
+	}
+}
+
+func TestRateLimitingBasic(t *testing.T) {
+	up := echoUpstream(t)
+	_, base := startGateway(t, withUpstream(rlaConfig, up), Options{})
+	r := do(t, "GET", base+"/basic", nil)
+	if r.status != 200 || r.header.Get("X-RateLimit-Limit-Minute") != "1" || r.header.Get("X-RateLimit-Remaining-Minute") != "0" {
+		t.Fatalf("first: %d %v", r.status, r.header)
+	}
+	r = do(t, "GET", base+"/basic", nil)
+	if r.status != 429 || !strings.Contains(r.body, `"message":"API rate limit exceeded"`) {
+		t.Errorf("second: %d %s", r.status, r.body)
+	}
+}
+
+// TestConsumerGroupTiers checks Kong's precedence: a consumer-group plugin
+// (rank 9) beats a route plugin (rank 10) for a member of the group, and
+// the route plugin applies to everyone else.
+func TestConsumerGroupTiers(t *testing.T) {
+	up := echoUpstream(t)
+	_, base := startGateway(t, withUpstream(rlaConfig, up), Options{})
+	count := func(key string) int {
+		n := 0
+		for range 5 {
+			r := do(t, "GET", base+"/tiers", map[string]string{"apikey": key})
+			if r.status == 200 {
+				n++
+			} else if r.status != 429 {
+				t.Fatalf("%s: %d %s", key, r.status, r.body)
+			}
+		}
+		return n
+	}
+	if n := count("alice-key"); n != 3 {
+		t.Errorf("gold member alice: %d allowed, want the gold tier's 3", n)
+	}
+	if n := count("bob-key"); n != 1 {
+		t.Errorf("bob: %d allowed, want the route's 1", n)
+	}
+}

@@ -1,0 +1,160 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+
+	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+	"github.com/seed-008287da/sluice/policy"
+)
+
+// checker is what both rate-limiting plugins compile to.
+type checker interface {
+	Check(ctx context.Context, r *policy.Request) (policy.Result, error)
+	Close() error
+}
+
+// rateLimiting adapts a compiled policy (rate-limiting-advanced or
+// rate-limiting) to the gateway: it fills a policy.Request from the
+// exchange and applies the Result as it is.
+type rateLimiting struct {
+	name  string
+	c     checker
+	scope policy.Group
+	log   *slog.Logger
+}
+
+func newRateLimitingAdvanced(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
+	raw, err := withKongKeys(raw, env.Entity, true)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := policy.ParseAdvanced(raw)
+	if err != nil {
+		return nil, policyErrors(err)
+	}
+	a, err := policy.NewAdvanced(cfg, env.Shared.Policy())
+	if err != nil {
+		return nil, policyErrors(err)
+	}
+	return newRateLimitingPlugin("rate-limiting-advanced", a, env), nil
+}
+
+func newRateLimitingBasic(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
+	cfg, err := policy.ParseBasic(raw)
+	if err != nil {
+		return nil, policyErrors(err)
+	}
+	var sc policy.Scope
+	if env.Entity.Route != nil {
+		sc.RouteID = env.Entity.Route.ID
+	}
+	if env.Entity.Service != nil {
+		sc.ServiceID = env.Entity.Service.ID
+	}
+	b, err := policy.NewBasic(cfg, sc, env.Shared.Policy())
+	if err != nil {
+		return nil, policyErrors(err)
+	}
+	return newRateLimitingPlugin("rate-limiting", b, env), nil
+}
+
+func newRateLimitingPlugin(name string, c checker, env *BuildEnv) *rateLimiting {
+	rl := &rateLimiting{name: name, c: c, log: env.Logger}
+	if g := env.Entity.ConsumerGroup; g != nil {
+		rl.scope = policy.Group{ID: g.ID, Name: g.Name}
+	}
+	return rl
+}
+
+// withKongKeys adds the plugin id Kong adds to a plugin's config, so that a
+// config without a namespace counts under the plugin's stable id and keeps
+// its counters across reloads.
+func withKongKeys(raw json.RawMessage, p *kongconf.Plugin, pluginID bool) (json.RawMessage, error) {
+	if !pluginID {
+		return raw, nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, kongconf.Errors{{Path: "config", Msg: err.Error()}}
+	}
+	if _, ok := m["__plugin_id"]; ok {
+		return raw, nil
+	}
+	id, _ := json.Marshal(p.ID) // a string always marshals
+	m["__plugin_id"] = id
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	if err := enc.Encode(m); err != nil {
+		return nil, fmt.Errorf("gateway: encoding plugin config: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+// policyErrors turns the policy's validation error into field errors
+// (its paths already start with "config").
+func policyErrors(err error) error {
+	ve, ok := err.(*policy.ValidationError)
+	if !ok {
+		return err
+	}
+	out := make(kongconf.Errors, len(ve.Errors))
+	for i, fe := range ve.Errors {
+		out[i] = kongconf.FieldError{Path: fe.Path, Msg: fe.Message}
+	}
+	return out
+}
+
+func (rl *rateLimiting) Close() error { return rl.c.Close() }
+
+func (rl *rateLimiting) Access(x *Exchange) error {
+	req := policy.Request{
+		ClientIP:     x.ClientIP.String(),
+		CredentialID: x.Credential,
+		Path:         x.Path(),
+		Method:       x.Method(),
+		Header:       x.Header,
+		ScopeGroup:   rl.scope,
+		Dimension:    x.Identifier,
+		Now:          x.Now,
+	}
+	if x.Route != nil {
+		req.RouteID = x.Route.ID
+	}
+	if x.Service != nil {
+		req.ServiceID = x.Service.ID
+	}
+	if c := x.Consumer; c != nil {
+		req.Consumer = policy.Consumer{ID: c.ID, Username: c.Username, CustomID: c.CustomID}
+		for _, g := range c.Groups {
+			req.Groups = append(req.Groups, policy.Group{ID: g.ID, Name: g.Name})
+		}
+	}
+	res, err := rl.c.Check(x.Context, &req)
+	if err != nil {
+		x.StoreError(rl.name, err)
+	}
+	contentType := ""
+	for _, h := range res.Headers {
+		if !res.Allowed && h.Name == "Content-Type" {
+			contentType = h.Value
+			continue
+		}
+		x.AddResponseHeader(h.Name, h.Value)
+	}
+	switch {
+	case !res.Allowed:
+		x.Respond(res.Status, contentType, res.Body)
+		x.Outcome(rl.name, "denied")
+	case res.Denied:
+		x.Outcome(rl.name, "shadow_denied")
+	case err != nil:
+		x.Outcome(rl.name, "store_error")
+	default:
+		x.Outcome(rl.name, "allowed")
+	}
+	return nil
+}
