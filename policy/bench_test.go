@@ -1,0 +1,76 @@
+package policy
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/seed-008287da/sluice/ratelimit"
+	"github.com/seed-008287da/sluice/ratelimit/memorystore"
+)
+
+// benchKeys is how many distinct clients the benchmarks spread over.
+const benchKeys = 10_000
+
+func benchIPs() []string {
+	ips := make([]string, benchKeys)
+	for i := range ips {
+		ips[i] = "10.0." + strconv.Itoa(i/256) + "." + strconv.Itoa(i%256)
+	}
+	return ips
+}
+
+// BenchmarkCheck is a full check in memory mode: identifier, two windows,
+// headers. Compare with BenchmarkStoreTake, the bare store call it makes.
+func BenchmarkCheck(b *testing.B) {
+	reg := NewRegistry(RegistryOptions{})
+	defer reg.Close()
+	cfg, err := ParseAdvanced([]byte(`{"limit":[1000000000,2000000000],"window_size":[1,60],"namespace":"bench","identifier":"ip"}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := NewAdvanced(cfg, reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	ips := benchIPs()
+	seen := make(map[string]bool)
+	ctx := context.Background()
+	now := time.Unix(1_700_000_000, 0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		r := Request{ClientIP: ips[i%benchKeys], Now: now}
+		res, err := a.Check(ctx, &r)
+		if err != nil || !res.Allowed || len(res.Headers) != 7 {
+			b.Fatalf("result %+v, %v", res, err)
+		}
+		if i < benchKeys {
+			seen[res.Key] = true
+		}
+	}
+	b.StopTimer()
+	if b.N >= benchKeys && len(seen) != benchKeys {
+		b.Fatalf("%d distinct keys used, want %d", len(seen), benchKeys)
+	}
+}
+
+// BenchmarkStoreTake is the bare store call of BenchmarkCheck.
+func BenchmarkStoreTake(b *testing.B) {
+	s := memorystore.New(memorystore.Options{})
+	defer s.Close()
+	limits := []ratelimit.Limit{ratelimit.Every(1000000000, time.Second), ratelimit.Every(2000000000, time.Minute)}
+	ips := benchIPs()
+	ctx := context.Background()
+	now := time.Unix(1_700_000_000, 0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		d, err := s.Take(ctx, ratelimit.Request{Key: ips[i%benchKeys], Limits: limits, Now: now, Penalty: true})
+		if err != nil || !d.Allowed {
+			b.Fatalf("decision %+v, %v", d, err)
+		}
+	}
+}
