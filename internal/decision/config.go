@@ -1,0 +1,501 @@
+package decision
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/seed-008287da/sluice/ratelimit"
+)
+
+// ErrInvalidConfig is wrapped by every configuration error; the concrete
+// error is a *ConfigError listing each problem.
+var ErrInvalidConfig = errors.New("decision: invalid config")
+
+// A FieldError is one problem in a configuration file.
+type FieldError struct {
+	// Path names the field, as in "domains[0].descriptors[2].rate_limit.unit".
+	Path string
+	// Line is the 1-based line of the field in the file, 0 when unknown.
+	Line int
+	// Message says what is wrong.
+	Message string
+}
+
+func (e FieldError) String() string {
+	s := ""
+	if e.Line > 0 {
+		s = "line " + strconv.Itoa(e.Line) + ": "
+	}
+	if e.Path != "" {
+		s += e.Path + ": "
+	}
+	return s + e.Message
+}
+
+// A ConfigError lists every problem found in a configuration file, in file
+// order. It wraps ErrInvalidConfig.
+type ConfigError struct {
+	Errors []FieldError
+}
+
+func (e *ConfigError) Error() string {
+	var b strings.Builder
+	b.WriteString("decision: invalid config:")
+	for _, fe := range e.Errors {
+		b.WriteString("\n\t")
+		b.WriteString(fe.String())
+	}
+	return b.String()
+}
+
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// Config is a parsed and validated decision service configuration.
+//
+// The file format is envoyproxy/ratelimit's (domain, descriptors with key,
+// value, rate_limit, nested descriptors, shadow_mode), either one domain at
+// the top level exactly as envoyproxy/ratelimit reads it, or several under
+// "domains", plus the sluice settings documented in
+// docs/decision-service.md.
+type Config struct {
+	// Store selects the counter store. Changing it requires a restart.
+	Store StoreConfig
+	// Algorithm is used by every limit that does not name one. It is
+	// FixedWindow when the file does not set it: that is what
+	// envoyproxy/ratelimit does, so an existing file means the same thing.
+	Algorithm ratelimit.Algorithm
+	// ResponseHeaders adds x-ratelimit-limit, -remaining and -reset
+	// (draft-ietf-httpapi-ratelimit-headers-03, as envoyproxy/ratelimit
+	// writes them) to every response that checked a limit.
+	ResponseHeaders bool
+	// ShadowMode answers OK to every request; descriptor statuses still
+	// tell what would have happened.
+	ShadowMode bool
+	// Domains are the rate limit domains, each with its descriptor tree.
+	Domains []Domain
+}
+
+// A Domain is one named descriptor tree; Envoy names it in every request.
+type Domain struct {
+	Name        string
+	Descriptors []Descriptor
+}
+
+// A Descriptor matches one entry of a request descriptor: Key, and Value
+// when it is not empty. An empty Value matches any value of Key (each value
+// still has its own counter). A Value ending in "*" matches every value with
+// that prefix.
+type Descriptor struct {
+	Key   string
+	Value string
+	// RateLimit applies when a request descriptor ends at this entry; nil
+	// means none (the descriptor is answered OK, unlimited).
+	RateLimit *RateLimit
+	// ShadowMode answers OK for this descriptor even when it is over limit.
+	ShadowMode bool
+	// DetailedMetric is accepted for compatibility with envoyproxy/ratelimit
+	// files; the decision service keeps no per-value statistics, so it has
+	// no effect.
+	DetailedMetric bool
+	// Descriptors match the next entry of the request descriptor.
+	Descriptors []Descriptor
+}
+
+// A RateLimit is what applies to a matched descriptor.
+type RateLimit struct {
+	// Name identifies the limit for Replaces and in x-ratelimit-limit.
+	Name string
+	// Replaces names limits that are not checked when this one applies to
+	// another descriptor of the same request.
+	Replaces []string
+	// Unlimited answers OK without counting.
+	Unlimited bool
+	// Limits are checked together, in order; empty iff Unlimited.
+	Limits []LimitSpec
+}
+
+// A LimitSpec is one limit of a RateLimit as the file states it.
+type LimitSpec struct {
+	// RequestsPerUnit is the allowed count per window. Zero denies every
+	// request, as in envoyproxy/ratelimit.
+	RequestsPerUnit uint32
+	// Unit and Multiplier give the window: Multiplier units.
+	Unit       rlspb.RateLimitResponse_RateLimit_Unit
+	Multiplier uint32
+	// Algorithm counts the hits; Burst is the token bucket's size (zero
+	// means RequestsPerUnit).
+	Algorithm ratelimit.Algorithm
+	Burst     int64
+}
+
+// Window returns the window length: Multiplier units, a month being 30
+// days and a year 365 days (envoyproxy/ratelimit's lengths).
+func (s LimitSpec) Window() time.Duration {
+	return unitLength(s.Unit) * time.Duration(s.Multiplier)
+}
+
+// Limit returns s as a ratelimit.Limit. It is only meaningful when
+// RequestsPerUnit > 0.
+func (s LimitSpec) Limit() ratelimit.Limit {
+	return ratelimit.Limit{Algorithm: s.Algorithm, Count: int64(s.RequestsPerUnit), Window: s.Window(), Burst: s.Burst}
+}
+
+func unitLength(u rlspb.RateLimitResponse_RateLimit_Unit) time.Duration {
+	switch u {
+	case rlspb.RateLimitResponse_RateLimit_SECOND:
+		return time.Second
+	case rlspb.RateLimitResponse_RateLimit_MINUTE:
+		return time.Minute
+	case rlspb.RateLimitResponse_RateLimit_HOUR:
+		return time.Hour
+	case rlspb.RateLimitResponse_RateLimit_DAY:
+		return 24 * time.Hour
+	case rlspb.RateLimitResponse_RateLimit_WEEK:
+		return 7 * 24 * time.Hour
+	case rlspb.RateLimitResponse_RateLimit_MONTH:
+		return 30 * 24 * time.Hour
+	case rlspb.RateLimitResponse_RateLimit_YEAR:
+		return 365 * 24 * time.Hour
+	}
+	return 0
+}
+
+func parseUnit(s string) (rlspb.RateLimitResponse_RateLimit_Unit, bool) {
+	v, ok := rlspb.RateLimitResponse_RateLimit_Unit_value[strings.ToUpper(s)]
+	if !ok || v == int32(rlspb.RateLimitResponse_RateLimit_UNKNOWN) {
+		return 0, false
+	}
+	return rlspb.RateLimitResponse_RateLimit_Unit(v), true
+}
+
+// StoreConfig selects and configures the counter store.
+type StoreConfig struct {
+	// Type is "memory" (the default) or "redis".
+	Type string
+	// Memory configures the in-process store.
+	Memory MemoryConfig
+	// Redis configures the Redis store; required when Type is "redis".
+	Redis RedisConfig
+}
+
+// MemoryConfig configures the in-process store.
+type MemoryConfig struct {
+	// MaxKeys bounds the number of counted keys; zero means the store's
+	// default.
+	MaxKeys int64
+}
+
+// RedisConfig configures the Redis store.
+type RedisConfig struct {
+	// Addrs are host:port addresses: one for a standalone server.
+	Addrs []string
+	// Username and Password authenticate (AUTH); empty means none.
+	Username string
+	Password string
+	// DB is the database number.
+	DB uint32
+	// SyncRate is how counters are shared: zero means every decision is a
+	// round trip to Redis; positive means counters are kept locally and
+	// pushed every SyncRate.
+	SyncRate time.Duration
+	// Timeout bounds every Redis call; zero means the store's default.
+	Timeout time.Duration
+}
+
+// Parse decodes and validates a configuration file. Unknown fields are
+// errors. It returns every problem at once in a *ConfigError that wraps
+// ErrInvalidConfig.
+func Parse(data []byte) (*Config, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, &ConfigError{Errors: []FieldError{{Message: "parsing YAML: " + err.Error()}}}
+	}
+	d := &decoder{}
+	cfg := &Config{Algorithm: ratelimit.FixedWindow}
+	if resolve(&root) == nil {
+		d.add(nil, "", "the file is empty")
+		return nil, &ConfigError{Errors: d.errs}
+	}
+	top := d.mapping("", &root)
+	if top == nil {
+		return nil, &ConfigError{Errors: d.errs}
+	}
+	if top.has("algorithm") {
+		a, err := ratelimit.ParseAlgorithm(top.str("algorithm"))
+		if err != nil {
+			d.add(top.field("algorithm"), "algorithm", "unknown algorithm %q (want fixed, sliding or token_bucket)", top.str("algorithm"))
+		} else {
+			cfg.Algorithm = a
+		}
+	}
+	cfg.ResponseHeaders = top.boolean("response_headers")
+	cfg.ShadowMode = top.boolean("shadow_mode")
+	if n := top.field("store"); n != nil {
+		cfg.Store = d.store("store", n)
+	}
+	if cfg.Store.Type == "" {
+		cfg.Store.Type = "memory"
+	}
+	switch {
+	case top.has("domain") && top.has("domains"):
+		d.add(top.field("domains"), "domains", "must not be given together with domain")
+		top.field("descriptors")
+	case top.has("domain") || top.has("descriptors"):
+		// One domain at the top level, as envoyproxy/ratelimit reads a file.
+		cfg.Domains = append(cfg.Domains, d.domain("", top, cfg.Algorithm))
+	default:
+		for i, n := range top.seq("domains") {
+			p := indexPath("domains", i)
+			m := d.mapping(p, n)
+			if m == nil {
+				continue
+			}
+			cfg.Domains = append(cfg.Domains, d.domain(p, m, cfg.Algorithm))
+			m.done()
+		}
+		if len(cfg.Domains) == 0 && !top.has("domains") {
+			d.add(top.node, "", "no domains: give domain and descriptors, or domains")
+		}
+	}
+	top.done()
+	seen := map[string]bool{}
+	for i, dom := range cfg.Domains {
+		if dom.Name != "" && seen[dom.Name] {
+			d.add(nil, joinPath(indexPath("domains", i), "domain"), "duplicate domain %q", dom.Name)
+		}
+		seen[dom.Name] = true
+	}
+	if len(d.errs) > 0 {
+		return nil, &ConfigError{Errors: d.errs}
+	}
+	return cfg, nil
+}
+
+func (d *decoder) domain(path string, m *mapping, alg ratelimit.Algorithm) Domain {
+	dom := Domain{Name: m.str("domain")}
+	if dom.Name == "" {
+		d.add(m.node, joinPath(path, "domain"), "must not be empty")
+	}
+	dom.Descriptors = d.descriptors(joinPath(path, "descriptors"), m.seq("descriptors"), alg)
+	return dom
+}
+
+func (d *decoder) descriptors(path string, nodes []*yaml.Node, alg ratelimit.Algorithm) []Descriptor {
+	var out []Descriptor
+	type kv struct{ k, v string }
+	seen := map[kv]bool{}
+	for i, n := range nodes {
+		p := indexPath(path, i)
+		m := d.mapping(p, n)
+		if m == nil {
+			continue
+		}
+		desc := Descriptor{
+			Key:            m.str("key"),
+			Value:          m.str("value"),
+			ShadowMode:     m.boolean("shadow_mode"),
+			DetailedMetric: m.boolean("detailed_metric"),
+		}
+		if desc.Key == "" {
+			d.add(m.node, joinPath(p, "key"), "must not be empty")
+		} else if seen[kv{desc.Key, desc.Value}] {
+			d.add(m.node, p, "duplicate descriptor key %q value %q", desc.Key, desc.Value)
+		}
+		seen[kv{desc.Key, desc.Value}] = true
+		if rn := m.field("rate_limit"); rn != nil {
+			desc.RateLimit = d.rateLimit(joinPath(p, "rate_limit"), rn, alg)
+		}
+		desc.Descriptors = d.descriptors(joinPath(p, "descriptors"), m.seq("descriptors"), alg)
+		m.done()
+		out = append(out, desc)
+	}
+	return out
+}
+
+func (d *decoder) rateLimit(path string, n *yaml.Node, alg ratelimit.Algorithm) *RateLimit {
+	m := d.mapping(path, n)
+	if m == nil {
+		return nil
+	}
+	rl := &RateLimit{Name: m.str("name"), Unlimited: m.boolean("unlimited")}
+	for i, rn := range m.seq("replaces") {
+		p := indexPath(joinPath(path, "replaces"), i)
+		rm := d.mapping(p, rn)
+		if rm == nil {
+			continue
+		}
+		name := rm.str("name")
+		rm.done()
+		switch {
+		case name == "":
+			d.add(rm.node, joinPath(p, "name"), "must not be empty")
+		case name == rl.Name:
+			d.add(rm.node, joinPath(p, "name"), "a limit must not replace itself")
+		default:
+			rl.Replaces = append(rl.Replaces, name)
+		}
+	}
+	single := m.has("unit") || m.has("requests_per_unit") || m.has("unit_multiplier") || m.has("algorithm") || m.has("burst")
+	list := m.seq("limits")
+	switch {
+	case rl.Unlimited:
+		if single || len(list) > 0 {
+			d.add(m.node, path, "an unlimited rate_limit must not set unit, requests_per_unit, limits or their options")
+		}
+	case single && m.has("limits"):
+		d.add(m.field("limits"), joinPath(path, "limits"), "must not be given together with unit and requests_per_unit")
+	case m.has("limits"):
+		if len(list) == 0 {
+			d.add(m.field("limits"), joinPath(path, "limits"), "must not be empty")
+		}
+		for i, ln := range list {
+			p := indexPath(joinPath(path, "limits"), i)
+			lm := d.mapping(p, ln)
+			if lm == nil {
+				continue
+			}
+			rl.Limits = append(rl.Limits, d.limit(p, lm, alg))
+			lm.done()
+		}
+	default:
+		rl.Limits = append(rl.Limits, d.limit(path, m, alg))
+	}
+	m.done()
+	return rl
+}
+
+// limit decodes unit, requests_per_unit, unit_multiplier, algorithm and
+// burst from m.
+func (d *decoder) limit(path string, m *mapping, alg ratelimit.Algorithm) LimitSpec {
+	s := LimitSpec{Algorithm: alg, Multiplier: 1}
+	if !m.has("unit") {
+		d.add(m.node, joinPath(path, "unit"), "required (second, minute, hour, day, week, month or year)")
+	} else if u, ok := parseUnit(m.str("unit")); ok {
+		s.Unit = u
+	} else {
+		d.add(m.field("unit"), joinPath(path, "unit"), "invalid unit %q (want second, minute, hour, day, week, month or year)", m.str("unit"))
+	}
+	if !m.has("requests_per_unit") {
+		d.add(m.node, joinPath(path, "requests_per_unit"), "required")
+	} else {
+		s.RequestsPerUnit, _ = m.uint32("requests_per_unit")
+	}
+	if m.has("unit_multiplier") {
+		if v, ok := m.uint32("unit_multiplier"); ok {
+			if v == 0 {
+				d.add(m.field("unit_multiplier"), joinPath(path, "unit_multiplier"), "must be greater than 0")
+			} else {
+				s.Multiplier = v
+			}
+		}
+	}
+	if m.has("algorithm") {
+		a, err := ratelimit.ParseAlgorithm(m.str("algorithm"))
+		if err != nil {
+			d.add(m.field("algorithm"), joinPath(path, "algorithm"), "unknown algorithm %q (want fixed, sliding or token_bucket)", m.str("algorithm"))
+		} else {
+			s.Algorithm = a
+		}
+	}
+	if m.has("burst") {
+		b, _ := m.uint32("burst")
+		s.Burst = int64(b)
+		if s.Algorithm != ratelimit.TokenBucket {
+			d.add(m.field("burst"), joinPath(path, "burst"), "only a token_bucket limit has a burst")
+		}
+	}
+	if s.RequestsPerUnit > 0 && s.Unit != 0 {
+		if err := s.Limit().Validate(); err != nil {
+			d.add(m.node, path, "%v", err)
+		}
+	}
+	return s
+}
+
+func (d *decoder) store(path string, n *yaml.Node) StoreConfig {
+	var sc StoreConfig
+	m := d.mapping(path, n)
+	if m == nil {
+		return sc
+	}
+	sc.Type = m.str("type")
+	switch sc.Type {
+	case "", "memory", "redis":
+	default:
+		d.add(m.field("type"), joinPath(path, "type"), "unknown store %q (want memory or redis)", sc.Type)
+	}
+	if mn := m.field("memory"); mn != nil {
+		mp := joinPath(path, "memory")
+		if mm := d.mapping(mp, mn); mm != nil {
+			if v, ok := mm.uint32("max_keys"); ok {
+				sc.Memory.MaxKeys = int64(v)
+			}
+			mm.done()
+		}
+	}
+	if rn := m.field("redis"); rn != nil {
+		sc.Redis = d.redis(joinPath(path, "redis"), rn)
+	} else if sc.Type == "redis" {
+		d.add(m.node, joinPath(path, "redis"), "required when type is redis")
+	}
+	m.done()
+	return sc
+}
+
+func (d *decoder) redis(path string, n *yaml.Node) RedisConfig {
+	var rc RedisConfig
+	m := d.mapping(path, n)
+	if m == nil {
+		return rc
+	}
+	if m.has("addr") {
+		rc.Addrs = append(rc.Addrs, m.str("addr"))
+	}
+	for i, an := range m.seq("addrs") {
+		if an.Kind != yaml.ScalarNode || an.Tag != "!!str" {
+			d.add(an, indexPath(joinPath(path, "addrs"), i), "expected a string")
+			continue
+		}
+		rc.Addrs = append(rc.Addrs, an.Value)
+	}
+	if len(rc.Addrs) == 0 {
+		d.add(m.node, joinPath(path, "addr"), "required")
+	}
+	rc.Username = m.str("username")
+	rc.Password = m.str("password")
+	rc.DB, _ = m.uint32("db")
+	rc.SyncRate = d.duration(m, path, "sync_rate")
+	rc.Timeout = d.duration(m, path, "timeout")
+	m.done()
+	return rc
+}
+
+// duration decodes a Go duration string ("250ms", "1s"); it must not be
+// negative.
+func (d *decoder) duration(m *mapping, path, name string) time.Duration {
+	s := m.str(name)
+	if s == "" {
+		return 0
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil || v < 0 {
+		d.add(m.field(name), joinPath(path, name), "expected a non-negative duration such as \"250ms\", got %q", s)
+		return 0
+	}
+	return v
+}
+
+// String formats s like a configuration line: "10/minute fixed".
+func (s LimitSpec) String() string {
+	u := strings.ToLower(s.Unit.String())
+	if s.Multiplier > 1 {
+		u = strconv.FormatUint(uint64(s.Multiplier), 10) + " " + u + "s"
+	}
+	return fmt.Sprintf("%d/%s %s", s.RequestsPerUnit, u, s.Algorithm)
+}

@@ -1,0 +1,130 @@
+package decision
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"sort"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+// maxBody bounds a decide request body.
+const maxBody = 1 << 20
+
+// Handler returns the HTTP face of s, for gateways that do not speak gRPC:
+//
+//	POST /v1/decide   a RateLimitRequest as JSON (protobuf JSON mapping:
+//	                  {"domain": ..., "descriptors": [{"entries": [{"key":
+//	                  ..., "value": ...}]}], "hits_addend": n}) answered
+//	                  with the RateLimitResponse as JSON, status 200 when
+//	                  OK and 429 when over limit
+//	POST /json        the same, under envoyproxy/ratelimit's path and with
+//	                  its camelCase field names
+//	GET  /status      the configuration in use and reload health
+//
+// A request that cannot be decided gets 400, a store failure 503, each with
+// {"error": "..."}. Unknown JSON fields are errors.
+func (s *Service) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/decide", func(w http.ResponseWriter, r *http.Request) { s.serveDecide(w, r, snakeJSON) })
+	mux.HandleFunc("POST /json", func(w http.ResponseWriter, r *http.Request) { s.serveDecide(w, r, camelJSON) })
+	mux.HandleFunc("GET /status", s.serveStatus)
+	return mux
+}
+
+// /v1/decide answers with the proto field names (overall_code), /json
+// with the JSON names envoyproxy/ratelimit's /json endpoint writes
+// (overallCode). Both accept either form in requests.
+var (
+	snakeJSON = protojson.MarshalOptions{UseProtoNames: true}
+	camelJSON = protojson.MarshalOptions{}
+)
+
+func (s *Service) serveDecide(w http.ResponseWriter, r *http.Request, jsonOut protojson.MarshalOptions) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeError(w, http.StatusRequestEntityTooLarge, "decision: reading the request body: "+err.Error())
+		return
+	}
+	var req rlspb.RateLimitRequest
+	if err := protojson.Unmarshal(body, &req); err != nil {
+		writeError(w, http.StatusBadRequest, "decision: decoding the request: "+err.Error())
+		return
+	}
+	resp, err := s.Decide(r.Context(), &req, s.now())
+	if err != nil {
+		code := http.StatusServiceUnavailable
+		if errors.Is(err, ErrInvalidRequest) {
+			code = http.StatusBadRequest
+		}
+		writeError(w, code, err.Error())
+		return
+	}
+	out, err := jsonOut.Marshal(resp)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "decision: encoding the response: "+err.Error())
+		return
+	}
+	code := http.StatusOK
+	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
+		code = http.StatusTooManyRequests
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(out)
+}
+
+func writeError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+}
+
+// Status is the body of GET /status.
+type Status struct {
+	// Generation counts configurations: 1 for the one loaded at start.
+	Generation uint64 `json:"generation"`
+	// LoadedAt is when the configuration in use was loaded.
+	LoadedAt time.Time `json:"loaded_at"`
+	// ConfigSHA256 is the digest of the file the configuration was reloaded
+	// from; empty for the configuration given to New.
+	ConfigSHA256 string `json:"config_sha256,omitempty"`
+	// Store is the store type.
+	Store string `json:"store"`
+	// Domains are the configured domains, sorted.
+	Domains []string `json:"domains"`
+	// ReloadErrors counts rejected reloads since start.
+	ReloadErrors int64 `json:"reload_errors"`
+	// LastReloadError is the error of the last reload when it was rejected.
+	LastReloadError string `json:"last_reload_error,omitempty"`
+}
+
+// Status reports the configuration in use.
+func (s *Service) Status() Status {
+	g := s.gen.Load()
+	st := Status{
+		Generation:   g.number,
+		LoadedAt:     g.loaded.UTC(),
+		ConfigSHA256: g.digest,
+		Store:        g.cfg.Store.Type,
+		Domains:      make([]string, 0, len(g.cfg.Domains)),
+		ReloadErrors: s.reloadErrors.Load(),
+	}
+	for _, d := range g.cfg.Domains {
+		st.Domains = append(st.Domains, d.Name)
+	}
+	sort.Strings(st.Domains)
+	if e := s.lastError.Load(); e != nil {
+		st.LastReloadError = *e
+	}
+	return st
+}
+
+func (s *Service) serveStatus(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(s.Status())
+}

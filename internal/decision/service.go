@@ -1,0 +1,467 @@
+package decision
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"reflect"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/seed-008287da/sluice/ratelimit"
+)
+
+// Sentinel errors of the service.
+var (
+	// ErrInvalidRequest wraps every error about a request that can never be
+	// decided (no domain, no descriptors, an unusable override or
+	// hits_addend). gRPC answers it with InvalidArgument, HTTP with 400.
+	ErrInvalidRequest = errors.New("decision: invalid request")
+	// ErrStoreChanged is returned by Update when the new configuration
+	// selects a different store: counters would be lost, so that takes a
+	// restart.
+	ErrStoreChanged = errors.New("decision: store settings changed; restart to apply them")
+)
+
+// keyPrefix is the first part of every counter key, so the decision
+// service's counters never meet those of other sluice adapters sharing a
+// Redis.
+const keyPrefix = "rls"
+
+// Options configures a Service. The zero value is ready to use.
+type Options struct {
+	// Now is the clock; nil means time.Now. Tests pass a fixed clock.
+	Now func() time.Time
+	// Logger receives reloads and store failures; nil discards them.
+	Logger *slog.Logger
+	// OnReload, when set, is called after every reload attempt by Reload,
+	// ReloadFile or Watch with the generation in use afterwards and the
+	// reload's error (nil when the new configuration is in use). It runs on
+	// the reloading goroutine.
+	OnReload func(generation uint64, err error)
+}
+
+// A Service decides Envoy rate limit requests against the current
+// configuration and a counter store. It implements
+// envoy.service.ratelimit.v3.RateLimitService and serves the same
+// decisions over HTTP (see Handler).
+//
+// The configuration can be replaced at any time with Update or Reload; the
+// store, and so every counter, is kept. A Service is safe for concurrent
+// use.
+type Service struct {
+	rlspb.UnimplementedRateLimitServiceServer
+
+	store     ratelimit.Store
+	ownsStore bool
+	gen       atomic.Pointer[generation]
+	now       func() time.Time
+	log       *slog.Logger
+	onReload  func(uint64, error)
+
+	mu           sync.Mutex // serializes Update
+	reloadErrors atomic.Int64
+	lastError    atomic.Pointer[string]
+}
+
+// A generation is one configuration, compiled. It is never modified after
+// it is published.
+type generation struct {
+	cfg     *Config
+	domains map[string]*node
+	number  uint64
+	loaded  time.Time
+	digest  string
+}
+
+// New returns a Service deciding with cfg over store. The caller keeps
+// ownership of store: Close does not close it.
+func New(cfg *Config, store ratelimit.Store, opts Options) *Service {
+	s := &Service{store: store, now: opts.Now, log: opts.Logger, onReload: opts.OnReload}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.gen.Store(s.compile(cfg, nil, 1))
+	return s
+}
+
+// Open opens the store cfg.Store selects and returns a Service over it that
+// closes the store in Close.
+func Open(cfg *Config, opts Options) (*Service, error) {
+	st, err := OpenStore(cfg.Store, opts.Now)
+	if err != nil {
+		return nil, err
+	}
+	s := New(cfg, st, opts)
+	s.ownsStore = true
+	return s, nil
+}
+
+// OpenFile parses the configuration file at path, opens its store and
+// returns a Service over it that closes the store in Close. ReloadFile and
+// Watch compare later contents of the file with this one.
+func OpenFile(path string, opts Options) (*Service, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("decision: reading config: %w", err)
+	}
+	cfg, err := Parse(data)
+	if err != nil {
+		return nil, err
+	}
+	s, err := Open(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.gen.Store(s.compile(cfg, data, 1))
+	return s, nil
+}
+
+// Close closes the store if the Service opened it.
+func (s *Service) Close() error {
+	if s.ownsStore {
+		return s.store.Close()
+	}
+	return nil
+}
+
+func (s *Service) compile(cfg *Config, data []byte, number uint64) *generation {
+	g := &generation{cfg: cfg, domains: make(map[string]*node, len(cfg.Domains)), number: number, loaded: s.now()}
+	for _, d := range cfg.Domains {
+		g.domains[d.Name] = compileTree(d.Descriptors)
+	}
+	if data != nil {
+		sum := sha256.Sum256(data)
+		g.digest = hex.EncodeToString(sum[:])
+	}
+	return g
+}
+
+// Config returns the configuration in use. It must not be modified.
+func (s *Service) Config() *Config { return s.gen.Load().cfg }
+
+// Update replaces the configuration. Requests already being decided finish
+// with the old one; counters are kept, so a limit whose window stays the
+// same keeps counting where it was. It returns ErrStoreChanged, and keeps
+// the old configuration, when cfg selects a different store.
+func (s *Service) Update(cfg *Config) error { return s.update(cfg, nil) }
+
+// Reload parses data and, when it is valid, makes it the configuration.
+// On error the old configuration stays in use.
+func (s *Service) Reload(data []byte) error {
+	cfg, err := Parse(data)
+	if err == nil {
+		err = s.update(cfg, data)
+	}
+	if err != nil {
+		s.reloadErrors.Add(1)
+		msg := err.Error()
+		s.lastError.Store(&msg)
+		s.log.Error("decision: config reload rejected; keeping the old config", "err", err)
+	} else {
+		s.lastError.Store(nil)
+	}
+	if s.onReload != nil {
+		s.onReload(s.gen.Load().number, err)
+	}
+	return err
+}
+
+func (s *Service) update(cfg *Config, data []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.gen.Load()
+	if !reflect.DeepEqual(old.cfg.Store, cfg.Store) {
+		return ErrStoreChanged
+	}
+	g := s.compile(cfg, data, old.number+1)
+	s.gen.Store(g)
+	s.log.Info("decision: config loaded", "generation", g.number, "domains", len(cfg.Domains))
+	return nil
+}
+
+// ShouldRateLimit implements the Envoy rate limit service. Request errors
+// are answered with InvalidArgument, store failures with Unavailable, so
+// Envoy applies its failure_mode_deny setting.
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	resp, err := s.Decide(ctx, req, s.now())
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	return resp, nil
+}
+
+// Decide answers req at time now.
+//
+// Each descriptor is looked up in req's domain and, when a limit applies,
+// counted under its own key with cost hits_addend (the descriptor's own
+// hits_addend when set, else the request's, zero meaning 1). Descriptors
+// are decided independently, as envoyproxy/ratelimit does: an allowed
+// descriptor keeps its hits even when another one is over limit. A
+// descriptor without a limit, and every descriptor of an unknown domain, is
+// answered OK. It returns an error wrapping ErrInvalidRequest for an
+// undecidable request, or the store's error.
+func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now time.Time) (*rlspb.RateLimitResponse, error) {
+	if req.GetDomain() == "" {
+		return nil, fmt.Errorf("%w: rate limit domain must not be empty", ErrInvalidRequest)
+	}
+	descs := req.GetDescriptors()
+	if len(descs) == 0 {
+		return nil, fmt.Errorf("%w: rate limit descriptor list must not be empty", ErrInvalidRequest)
+	}
+	g := s.gen.Load()
+	tree := g.domains[req.GetDomain()]
+	hits := int64(req.GetHitsAddend())
+	if hits == 0 {
+		hits = 1
+	}
+
+	var inline [4]*rule
+	rules := inline[:0]
+	for i, d := range descs {
+		r, err := s.ruleFor(g.cfg, tree, d)
+		if err != nil {
+			return nil, fmt.Errorf("%w: descriptor %d: %w", ErrInvalidRequest, i, err)
+		}
+		rules = append(rules, r)
+	}
+	// A limit named in the replaces of any applying limit is not checked.
+	var replaced map[string]bool
+	for _, r := range rules {
+		if r == nil {
+			continue
+		}
+		for _, name := range r.replaces {
+			if replaced == nil {
+				replaced = map[string]bool{}
+			}
+			replaced[name] = true
+		}
+	}
+	for j, r := range rules {
+		if r != nil && r.name != "" && replaced[r.name] {
+			rules[j] = nil
+		}
+	}
+
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(descs))}
+	for i, r := range rules {
+		var st *rlspb.RateLimitResponse_DescriptorStatus
+		switch {
+		case r == nil:
+			st = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+		case r.unlimited:
+			st = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+		default:
+			cost := hits
+			if h := descs[i].GetHitsAddend(); h != nil {
+				if h.GetValue() == 0 || h.GetValue() > math.MaxInt64 {
+					return nil, fmt.Errorf("%w: descriptor %d: hits_addend must be from 1 to %d, got %d", ErrInvalidRequest, i, int64(math.MaxInt64), h.GetValue())
+				}
+				cost = int64(h.GetValue())
+			}
+			var err error
+			st, err = s.check(ctx, req.GetDomain(), descs[i], r, cost, now)
+			if err != nil {
+				return nil, err
+			}
+		}
+		if st.Code == rlspb.RateLimitResponse_OVER_LIMIT {
+			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+		}
+		resp.Statuses[i] = st
+	}
+	if g.cfg.ResponseHeaders {
+		resp.ResponseHeadersToAdd = headers(resp.Statuses)
+	}
+	if g.cfg.ShadowMode {
+		resp.OverallCode = rlspb.RateLimitResponse_OK
+	}
+	return resp, nil
+}
+
+// ruleFor returns the rule that applies to d: its own limit override when
+// Envoy sent one, else the configured one, or nil.
+func (s *Service) ruleFor(cfg *Config, tree *node, d *rlpb.RateLimitDescriptor) (*rule, error) {
+	if d.GetIsNegativeHits() {
+		return nil, errors.New("is_negative_hits is not supported: the store cannot return hits")
+	}
+	if o := d.GetLimit(); o != nil {
+		u := rlspb.RateLimitResponse_RateLimit_Unit(o.GetUnit())
+		if unitLength(u) == 0 {
+			return nil, fmt.Errorf("limit override has unknown unit %s", o.GetUnit())
+		}
+		spec := LimitSpec{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: u, Multiplier: 1, Algorithm: cfg.Algorithm}
+		if m := o.GetUnitMultiplier(); m != nil {
+			if m.GetValue() == 0 {
+				return nil, errors.New("limit override unit_multiplier must be greater than 0")
+			}
+			spec.Multiplier = m.GetValue()
+		}
+		if spec.RequestsPerUnit > 0 {
+			if err := spec.Limit().Validate(); err != nil {
+				return nil, fmt.Errorf("limit override: %w", err)
+			}
+		}
+		return compileRule(&RateLimit{Limits: []LimitSpec{spec}}, false), nil
+	}
+	if tree == nil {
+		return nil, nil
+	}
+	entries := d.GetEntries()
+	return tree.lookup(len(entries), func(i int) (string, string) { return entries[i].GetKey(), entries[i].GetValue() }), nil
+}
+
+// counterKey identifies the counter of one request descriptor. The parts
+// are length-prefixed by ratelimit.Key, so no two descriptors share a key:
+// envoyproxy/ratelimit joins them with "_", and there the entries
+// (a_b, c) and (a, b_c) count together.
+func counterKey(domain string, d *rlpb.RateLimitDescriptor) string {
+	entries := d.GetEntries()
+	var inline [10]string
+	parts := append(inline[:0], keyPrefix, domain)
+	for _, e := range entries {
+		parts = append(parts, e.GetKey(), e.GetValue())
+	}
+	return ratelimit.Key(parts...)
+}
+
+func (s *Service) check(ctx context.Context, domain string, d *rlpb.RateLimitDescriptor, r *rule, cost int64, now time.Time) (*rlspb.RateLimitResponse_DescriptorStatus, error) {
+	if r.denyAll >= 0 {
+		spec := r.specs[r.denyAll]
+		return &rlspb.RateLimitResponse_DescriptorStatus{
+			Code:               overCode(r),
+			CurrentLimit:       currentLimit(r.name, spec),
+			DurationUntilReset: durationpb.New(untilWindowEnd(spec.Window(), now)),
+		}, nil
+	}
+	dec, err := s.store.Take(ctx, ratelimit.Request{Key: counterKey(domain, d), Limits: r.limits, Cost: cost, Now: now})
+	if err != nil {
+		if errors.Is(err, ratelimit.ErrInvalidLimit) {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+		}
+		s.log.Error("decision: store failed", "domain", domain, "err", err)
+		return nil, fmt.Errorf("decision: taking from the store: %w", err)
+	}
+	i := dec.Denied
+	if i < 0 {
+		i = dec.Reported()
+	}
+	ls := dec.State(i)
+	st := &rlspb.RateLimitResponse_DescriptorStatus{
+		Code:               rlspb.RateLimitResponse_OK,
+		CurrentLimit:       currentLimit(r.name, r.specs[r.index[i]]),
+		LimitRemaining:     clampUint32(ls.Remaining),
+		DurationUntilReset: durationpb.New(ls.Reset),
+	}
+	if !dec.Allowed {
+		st.Code = overCode(r)
+	}
+	return st, nil
+}
+
+// overCode is the code of a descriptor over its limit: OK in shadow mode.
+func overCode(r *rule) rlspb.RateLimitResponse_Code {
+	if r.shadow {
+		return rlspb.RateLimitResponse_OK
+	}
+	return rlspb.RateLimitResponse_OVER_LIMIT
+}
+
+func currentLimit(name string, s LimitSpec) *rlspb.RateLimitResponse_RateLimit {
+	cl := &rlspb.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: s.RequestsPerUnit, Unit: s.Unit}
+	if s.Multiplier > 1 {
+		cl.UnitMultiplier = wrapperspb.UInt32(s.Multiplier)
+	}
+	return cl
+}
+
+func untilWindowEnd(w time.Duration, now time.Time) time.Duration {
+	ms := now.UnixMilli()
+	wm := w.Milliseconds()
+	el := ms % wm
+	if el < 0 {
+		el += wm
+	}
+	return time.Duration(wm-el) * time.Millisecond
+}
+
+func clampUint32(v int64) uint32 {
+	switch {
+	case v < 0:
+		return 0
+	case v > math.MaxUint32:
+		return math.MaxUint32
+	}
+	return uint32(v)
+}
+
+// headers builds the x-ratelimit-* headers from the status closest to its
+// limit: the first one over limit, else the one with the least remaining.
+// It returns nil when no descriptor had a limit.
+func headers(sts []*rlspb.RateLimitResponse_DescriptorStatus) []*corepb.HeaderValue {
+	var best *rlspb.RateLimitResponse_DescriptorStatus
+	for _, st := range sts {
+		if st.CurrentLimit == nil {
+			continue
+		}
+		if st.Code == rlspb.RateLimitResponse_OVER_LIMIT {
+			best = st
+			break
+		}
+		if best == nil || st.LimitRemaining < best.LimitRemaining {
+			best = st
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	cl := best.CurrentLimit
+	mult := uint32(1)
+	if cl.UnitMultiplier != nil {
+		mult = cl.UnitMultiplier.GetValue()
+	}
+	window := unitLength(cl.Unit) * time.Duration(mult)
+	rpu := strconv.FormatUint(uint64(cl.RequestsPerUnit), 10)
+	limit := rpu + ", " + rpu + ";w=" + strconv.FormatInt(int64(window/time.Second), 10)
+	if cl.Name != "" {
+		limit += ";name=" + sfString(cl.Name)
+	}
+	reset := best.DurationUntilReset.AsDuration()
+	secs := int64((reset + time.Second - 1) / time.Second)
+	return []*corepb.HeaderValue{
+		{Key: "x-ratelimit-limit", Value: limit},
+		{Key: "x-ratelimit-remaining", Value: strconv.FormatUint(uint64(best.LimitRemaining), 10)},
+		{Key: "x-ratelimit-reset", Value: strconv.FormatInt(secs, 10)},
+	}
+}
+
+// sfString formats s as a structured-field string (RFC 8941): quoted, with
+// backslash and double quote escaped.
+func sfString(s string) string {
+	b := make([]byte, 0, len(s)+2)
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' || s[i] == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return string(append(b, '"'))
+}

@@ -1,0 +1,165 @@
+package decision
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// A decoder walks a YAML document node by node so that every problem is
+// reported at once with its path and line, instead of stopping at the first
+// one as yaml.Unmarshal does. YAML null is an absent field.
+type decoder struct {
+	errs []FieldError
+}
+
+func (d *decoder) add(n *yaml.Node, path, format string, args ...any) {
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	d.errs = append(d.errs, FieldError{Path: path, Line: line, Message: fmt.Sprintf(format, args...)})
+}
+
+func joinPath(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+func indexPath(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
+
+// resolve follows aliases and unwraps documents.
+func resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && (n.Kind == yaml.AliasNode || n.Kind == yaml.DocumentNode) {
+		if n.Kind == yaml.AliasNode {
+			n = n.Alias
+		} else if len(n.Content) > 0 {
+			n = n.Content[0]
+		} else {
+			return nil
+		}
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	return n == nil || (n.Kind == yaml.ScalarNode && n.Tag == "!!null")
+}
+
+// mapping is one YAML mapping whose fields are consumed by the typed
+// getters; done reports the fields nobody asked for.
+type mapping struct {
+	d      *decoder
+	path   string
+	node   *yaml.Node
+	keys   []*yaml.Node
+	fields map[string]*yaml.Node
+	used   map[string]bool
+}
+
+// mapping decodes n as a mapping; it returns nil (after recording an error)
+// when n is something else. Duplicate keys are errors: with yaml.Unmarshal
+// the last one would silently win.
+func (d *decoder) mapping(path string, n *yaml.Node) *mapping {
+	n = resolve(n)
+	if n == nil || n.Kind != yaml.MappingNode {
+		d.add(n, path, "expected a mapping")
+		return nil
+	}
+	m := &mapping{d: d, path: path, node: n, fields: map[string]*yaml.Node{}, used: map[string]bool{}}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := resolve(n.Content[i])
+		if k == nil || k.Kind != yaml.ScalarNode {
+			d.add(n.Content[i], path, "mapping keys must be strings")
+			continue
+		}
+		if _, dup := m.fields[k.Value]; dup {
+			d.add(k, joinPath(path, k.Value), "duplicate field")
+			continue
+		}
+		m.keys = append(m.keys, k)
+		m.fields[k.Value] = n.Content[i+1]
+	}
+	return m
+}
+
+// field returns the value node of name, or nil when it is absent or null.
+func (m *mapping) field(name string) *yaml.Node {
+	m.used[name] = true
+	n := resolve(m.fields[name])
+	if isNull(n) {
+		return nil
+	}
+	return n
+}
+
+func (m *mapping) has(name string) bool { return m.field(name) != nil }
+
+func (m *mapping) str(name string) string {
+	n := m.field(name)
+	if n == nil {
+		return ""
+	}
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
+		m.d.add(n, joinPath(m.path, name), "expected a string")
+		return ""
+	}
+	return n.Value
+}
+
+func (m *mapping) boolean(name string) bool {
+	n := m.field(name)
+	if n == nil {
+		return false
+	}
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
+		m.d.add(n, joinPath(m.path, name), "expected true or false")
+		return false
+	}
+	return n.Value == "true" || n.Value == "True" || n.Value == "TRUE"
+}
+
+// uint32 decodes a non-negative integer that fits 32 bits.
+func (m *mapping) uint32(name string) (uint32, bool) {
+	n := m.field(name)
+	if n == nil {
+		return 0, false
+	}
+	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
+		m.d.add(n, joinPath(m.path, name), "expected an integer")
+		return 0, false
+	}
+	v, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
+	if err != nil || v < 0 || v > math.MaxUint32 {
+		m.d.add(n, joinPath(m.path, name), "expected an integer from 0 to %d, got %s", uint32(math.MaxUint32), n.Value)
+		return 0, false
+	}
+	return uint32(v), true
+}
+
+// seq returns the items of a sequence field, or nil when absent.
+func (m *mapping) seq(name string) []*yaml.Node {
+	n := m.field(name)
+	if n == nil {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		m.d.add(n, joinPath(m.path, name), "expected a list")
+		return nil
+	}
+	return n.Content
+}
+
+// done records an error for every field that no getter asked for.
+func (m *mapping) done() {
+	for _, k := range m.keys {
+		if !m.used[k.Value] {
+			m.d.add(k, joinPath(m.path, k.Value), "unknown field")
+		}
+	}
+}
