@@ -4,6 +4,7 @@ package memorystore
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"hash/maphash"
 	"math/bits"
@@ -48,9 +49,10 @@ const (
 // A Store keeps counters and leases in process memory. It is safe for
 // concurrent use; calls on keys of different shards never contend.
 //
-// Entries are keyed by (key, Limit.CounterID()): one small fixed-size
-// entry per key and window, with no per-entry pointers besides the key
-// string, which the store copies once.
+// Each counter is one 32-byte entry in a per-shard slab, indexed by a map
+// from the key and the limit's CounterID (one per key and window) to its
+// position: no per-entry pointers besides the index key, the store's own
+// copy of the key. At a million idle keys that is about 115 bytes a key.
 //
 // Memory is bounded in two ways. Idle entries die: a counter is dead once
 // it can no longer affect a decision (ratelimit.Counter.Expiry: two windows
@@ -86,21 +88,27 @@ var _ ratelimit.Store = (*Store)(nil)
 // shardData is what a shard holds; shard pads it to two cache lines so
 // that two shards' locks never share a line (the adjacent-line prefetcher
 // pulls lines in pairs).
+//
+// Counters live by value in a slab; the map only indexes them. A decision on
+// an existing key then updates the slab in place and never writes the map,
+// and a map slot is 24 bytes instead of the 56 a (key, id) → entry map
+// would take.
 type shardData struct {
-	mu       sync.Mutex
-	counters map[counterKey]entry
-	leases   map[string][]lease
+	mu    sync.Mutex
+	index map[string]uint32 // entry key (see appendEntryKey) -> slab position
+	// slab holds the entries in fixed-size chunks, so that growing it
+	// never copies it nor leaves more than one chunk unused.
+	slab []*[chunkSize]entry
+	used uint32   // positions handed out so far
+	free []uint32 // positions handed out and since dropped
+	// leases maps a key to its leases. A slice, not a map: Max is small in
+	// practice and a linear scan of a few ids beats hashing them.
+	leases map[string][]lease
 }
 
 type shard struct {
 	shardData
 	_ [128 - unsafe.Sizeof(shardData{})%128]byte
-}
-
-// counterKey identifies one counter: a key and a limit's CounterID.
-type counterKey struct {
-	key string
-	id  uint64
 }
 
 // entry is one counter with the time (Unix ns) after which it is dead.
@@ -112,6 +120,54 @@ type entry struct {
 type lease struct {
 	id  string
 	exp int64 // Unix ns; the lease is alive while now < exp
+}
+
+// appendEntryKey appends the index key of the counter id of key to b: id
+// as a uvarint, then key's bytes. The uvarint is self-delimiting, so
+// distinct (id, key) pairs never share an index key.
+func appendEntryKey(b []byte, id uint64, key string) []byte {
+	return append(binary.AppendUvarint(b, id), key...)
+}
+
+// entryKeyIs reports whether the index key k belongs to key.
+func entryKeyIs(k, key string) bool {
+	n := 0
+	for n < len(k) && k[n]&0x80 != 0 {
+		n++
+	}
+	return n < len(k) && k[n+1:] == key
+}
+
+const (
+	chunkBits = 8
+	chunkSize = 1 << chunkBits
+)
+
+// at returns the entry at slab position p.
+func (sh *shard) at(p uint32) *entry { return &sh.slab[p>>chunkBits][p&(chunkSize-1)] }
+
+// put stores e in a free slab position and returns it.
+func (sh *shard) put(e entry) uint32 {
+	var p uint32
+	if n := len(sh.free); n > 0 {
+		p = sh.free[n-1]
+		sh.free = sh.free[:n-1]
+	} else {
+		if sh.used == uint32(len(sh.slab))*chunkSize {
+			sh.slab = append(sh.slab, new([chunkSize]entry))
+		}
+		p = sh.used
+		sh.used++
+	}
+	*sh.at(p) = e
+	return p
+}
+
+// drop deletes the index key k, which points at p.
+func (sh *shard) drop(k string, p uint32) {
+	delete(sh.index, k)
+	*sh.at(p) = entry{}
+	sh.free = append(sh.free, p)
 }
 
 // New returns a store configured by o, with its sweeper running. Call
@@ -137,7 +193,7 @@ func New(o Options) *Store {
 		done:     make(chan struct{}),
 	}
 	for i := range s.shards {
-		s.shards[i].counters = make(map[counterKey]entry)
+		s.shards[i].index = make(map[string]uint32)
 		s.shards[i].leases = make(map[string][]lease)
 	}
 	if o.SweepInterval > 0 {
@@ -172,44 +228,55 @@ func (s *Store) Take(_ context.Context, r ratelimit.Request) (ratelimit.Decision
 	}
 	now := r.Now.UnixNano()
 
-	var inline [4]ratelimit.Counter
-	cs := inline[:0]
-	if len(r.Limits) > len(inline) {
+	// Up to four limits are decided without allocating; an index key
+	// longer than kb (a key over 100 bytes) costs one allocation.
+	var (
+		inlineC   [4]ratelimit.Counter
+		inlinePos [4]int64
+		kb        [112]byte
+	)
+	cs, pos := inlineC[:0], inlinePos[:0]
+	if len(r.Limits) > len(inlineC) {
 		cs = make([]ratelimit.Counter, 0, len(r.Limits))
+		pos = make([]int64, 0, len(r.Limits))
 	}
 	sh := s.shardOf(r.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	missing := 0
 	for i := range r.Limits {
-		e, ok := sh.counters[counterKey{r.Key, r.Limits[i].CounterID()}]
-		if !ok {
+		k := appendEntryKey(kb[:0], r.Limits[i].CounterID(), r.Key)
+		if p, ok := sh.index[string(k)]; ok {
+			cs = append(cs, sh.at(p).c)
+			pos = append(pos, int64(p))
+		} else {
+			cs = append(cs, ratelimit.Counter{})
+			pos = append(pos, -1)
 			missing++
 		}
-		cs = append(cs, e.c)
 	}
-	if missing > 0 {
-		if !sh.makeRoom(missing, s.perShard, r.Key, now) {
-			return ratelimit.Decision{}, fmt.Errorf("memorystore: %w: no room for key %q", ratelimit.ErrStoreFull, r.Key)
-		}
+	// Eviction spares r.Key's entries, so the positions found stay valid.
+	if missing > 0 && !sh.makeRoom(missing, s.perShard, r.Key, now) {
+		return ratelimit.Decision{}, fmt.Errorf("memorystore: %w: no room for key %q", ratelimit.ErrStoreFull, r.Key)
 	}
 	d := ratelimit.Apply(&r, cs)
-	key := r.Key
-	cloned := false
 	for i := range r.Limits {
-		l := &r.Limits[i]
-		ck := counterKey{key, l.CounterID()}
-		if _, ok := sh.counters[ck]; !ok {
-			if cs[i] == (ratelimit.Counter{}) {
-				continue // nothing to remember
-			}
-			if !cloned {
-				// Copy the key: the caller's string may pin a larger buffer.
-				key, cloned = strings.Clone(key), true
-				ck.key = key
-			}
+		e := entry{c: cs[i], exp: cs[i].Expiry(r.Limits[i])}
+		if pos[i] >= 0 {
+			*sh.at(uint32(pos[i])) = e
+			continue
 		}
-		sh.counters[ck] = entry{c: cs[i], exp: cs[i].Expiry(*l)}
+		if e.c == (ratelimit.Counter{}) {
+			continue // nothing to remember
+		}
+		k := appendEntryKey(kb[:0], r.Limits[i].CounterID(), r.Key)
+		if p, ok := sh.index[string(k)]; ok { // two limits of one window
+			*sh.at(p) = e
+			continue
+		}
+		// string(k) copies the key: the caller's string may pin a larger
+		// buffer.
+		sh.index[string(k)] = sh.put(e)
 	}
 	return d, nil
 }
@@ -217,7 +284,7 @@ func (s *Store) Take(_ context.Context, r ratelimit.Request) (ratelimit.Decision
 // makeRoom evicts until n more entries fit in sh, sparing the entries of
 // key, and reports whether they fit. sh.mu must be held.
 func (sh *shard) makeRoom(n, limit int, key string, now int64) bool {
-	for len(sh.counters)+len(sh.leases)+n > limit {
+	for len(sh.index)+len(sh.leases)+n > limit {
 		if !sh.evict(key, now) {
 			return false
 		}
@@ -229,19 +296,20 @@ func (sh *shard) makeRoom(n, limit int, key string, now int64) bool {
 // rule in Store's comment, and reports whether it could. sh.mu must be
 // held.
 func (sh *shard) evict(key string, now int64) bool {
-	var victim counterKey
+	var victim string
+	var victimPos uint32
 	victimExp := int64(0)
 	found, dropped := false, false
 	seen := 0
-	for k, e := range sh.counters {
-		if k.key == key {
+	for k, p := range sh.index {
+		if entryKeyIs(k, key) {
 			continue
 		}
-		if e.exp <= now {
-			delete(sh.counters, k)
+		if exp := sh.at(p).exp; exp <= now {
+			sh.drop(k, p)
 			dropped = true
-		} else if !found || e.exp < victimExp {
-			victim, victimExp, found = k, e.exp, true
+		} else if !found || exp < victimExp {
+			victim, victimPos, victimExp, found = k, p, exp, true
 		}
 		if seen++; seen == evictionSample {
 			break
@@ -251,7 +319,7 @@ func (sh *shard) evict(key string, now int64) bool {
 	case dropped:
 		return true
 	case found:
-		delete(sh.counters, victim)
+		sh.drop(victim, victimPos)
 		return true
 	}
 	// Only key's counters and leases are left: drop lapsed lease sets.
@@ -376,7 +444,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.counters) + len(sh.leases)
+		n += len(sh.index) + len(sh.leases)
 		sh.mu.Unlock()
 	}
 	return n
@@ -413,9 +481,9 @@ func (s *Store) sweep(now int64) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, e := range sh.counters {
-			if e.exp <= now {
-				delete(sh.counters, k)
+		for k, p := range sh.index {
+			if sh.at(p).exp <= now {
+				sh.drop(k, p)
 			}
 		}
 		for k, ls := range sh.leases {
