@@ -54,6 +54,18 @@ type parser struct {
 	routeSvc   []pendingRef[*Route]
 	memberRefs []pendingMember
 	plugRefs   []pendingPlugin
+	// generated holds the ids the parser derived (not configured); only
+	// configured ids must be unique, derived ones follow their names.
+	generated map[string]bool
+}
+
+func (p *parser) genID(kind, key string) string {
+	id := stableID(kind, key)
+	if p.generated == nil {
+		p.generated = map[string]bool{}
+	}
+	p.generated[id] = true
+	return id
 }
 
 type pendingRef[T any] struct {
@@ -173,7 +185,7 @@ func (p *parser) service(v any, path string) {
 		if key == "" {
 			key = path
 		}
-		s.ID = stableID("service", key)
+		s.ID = p.genID("service", key)
 	}
 	p.cfg.Services = append(p.cfg.Services, s)
 	for i, r := range o.list("routes") {
@@ -270,7 +282,7 @@ func (p *parser) route(v any, path string, svc *Service) {
 		if key == "" {
 			key = path
 		}
-		r.ID = stableID("route", key)
+		r.ID = p.genID("route", key)
 	}
 	p.cfg.Routes = append(p.cfg.Routes, r)
 	for i, pl := range o.list("plugins") {
@@ -329,7 +341,7 @@ func (p *parser) consumer(v any, path string) {
 			p.errs.add(ko.field("key"), "required field missing")
 		}
 		if cr.ID == "" {
-			cr.ID = stableID("keyauth_credential", cr.Key)
+			cr.ID = p.genID("keyauth_credential", cr.Key)
 		}
 		c.KeyAuthKeys = append(c.KeyAuthKeys, cr)
 		ko.finish()
@@ -346,7 +358,7 @@ func (p *parser) consumer(v any, path string) {
 		if c.Username == "" {
 			key = "c:" + c.CustomID
 		}
-		c.ID = stableID("consumer", key)
+		c.ID = p.genID("consumer", key)
 	}
 	p.cfg.Consumers = append(p.cfg.Consumers, c)
 	for i, pl := range o.list("plugins") {
@@ -388,7 +400,7 @@ func (p *parser) group(v any, path string) {
 		p.errs.add(o.field("name"), "required field missing")
 	}
 	if g.ID == "" {
-		g.ID = stableID("consumer_group", g.Name)
+		g.ID = p.genID("consumer_group", g.Name)
 	}
 	p.cfg.ConsumerGroups = append(p.cfg.ConsumerGroups, g)
 	for i, c := range o.list("consumers") {
@@ -570,7 +582,7 @@ func (p *parser) resolve() {
 			p.errs.add(pl.Where, "a plugin cannot be scoped to both a consumer and a consumer group")
 		}
 		if pl.ID == "" {
-			pl.ID = stableID("plugin", pl.Name+"\x00"+scopeKey(pl)+"\x00"+pl.InstanceName)
+			pl.ID = p.genID("plugin", pl.Name+"\x00"+scopeKey(pl)+"\x00"+pl.InstanceName)
 		}
 	}
 }
@@ -605,7 +617,7 @@ func scopeKey(pl *Plugin) string {
 func (p *parser) checkUnique() {
 	seen := map[string]string{}
 	once := func(kind, key, path string) {
-		if key == "" {
+		if key == "" || p.generated[key] {
 			return
 		}
 		k := kind + "\x00" + key
