@@ -23,7 +23,8 @@ const nullID = "00000000-0000-0000-0000-000000000000"
 
 // basicNamespace is the store namespace of every rate-limiting instance:
 // the scope is part of the key instead, as in Kong's shared dictionary.
-const basicNamespace = "kong-rate-limiting"
+// It contains '|', which RLA namespaces may not, so the two never meet.
+const basicNamespace = "|rate-limiting"
 
 // Basic is a compiled OSS rate-limiting plugin instance. It is safe for
 // concurrent use.
@@ -133,14 +134,16 @@ func calendarStart(name string, now time.Time) time.Time {
 // Check decides r as the OSS plugin does (spec §5.3): allowed iff every
 // period's count before this request is below its limit; an allowed
 // request is counted in every period. With the local policy a denied
-// request is not counted; with redis it is (Kong increments first).
+// request is counted nowhere; with redis it is counted in every period
+// (Kong increments first).
 //
 // Periods from second to day are UTC-aligned fixed windows decided in one
 // store call. Month and year are calendar periods (a month starts on the
-// 1st at 00:00 UTC): each is decided in a call of its own, keyed by its
-// start, after the shorter periods, so a request that only a calendar
-// period rejects stays counted in the shorter periods (see the
-// compatibility document).
+// 1st at 00:00 UTC), each kept in a counter of its own keyed by its start.
+// With the local policy they are read before the shorter periods are
+// counted and counted after, so a request rejected anywhere is counted
+// nowhere; two concurrent requests may both pass that read, as in Kong,
+// which also reads before it counts.
 //
 // A store failure with fault_tolerant set admits the request without
 // headers and returns the error for logging; without fault_tolerant the
@@ -152,63 +155,126 @@ func (b *Basic) Check(ctx context.Context, r *Request) (Result, error) {
 	}
 	id := b.keys.key(r)
 	key := ratelimit.Key(b.scope[0], b.scope[1], id)
-	penalty := b.policy == StrategyRedis
+	counts := b.policy == StrategyRedis // Kong's redis policy counts rejections
 
 	// usage[i] is period i's count before this request, as Kong reads it.
 	var usage [6]int64
-	n := 0
 	denied := -1
-	if len(b.short) > 0 {
-		d, err := b.store.Take(ctx, ratelimit.Request{Key: key, Limits: b.shortLims, Now: now, Penalty: penalty})
-		if err != nil {
-			return b.failed(key, err)
-		}
-		if !d.Allowed {
-			denied = d.Denied
-		}
-		for i := 0; i < d.Len(); i++ {
-			s := d.State(i)
-			if denied < 0 || i <= denied {
-				usage[n] = int64(s.Used) - 1 // Used includes this request
-			} else {
-				// Read after the denial: the SDK weighs the previous window
-				// in (Kong's RLA read rule), the closest to a count it
-				// reports.
-				usage[n] = s.Limit.Count - s.Remaining
-			}
-			n++
-		}
+	short := len(b.short)
+	var cal [2]calendarCounter
+	for i, p := range b.calendar {
+		cal[i] = b.calendarCounter(p, id, now)
 	}
-	for _, p := range b.calendar {
-		start := calendarStart(p.name, now)
-		// The counter is keyed by the period's start and decided at that
-		// instant: its window (longer than any calendar period) then never
-		// rolls over while the period lasts.
-		lim := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Count: p.limit, Window: calendarWindow(p.name)}
-		ck := ratelimit.Key(b.scope[0], b.scope[1], id, p.name, strconv.FormatInt(start.Unix(), 10))
-		if denied >= 0 {
-			// Already denied: report the period without counting. A read
-			// is a Take that cannot pass: the cost exceeds the limit.
-			d, err := b.store.Take(ctx, ratelimit.Request{Key: ck, Limits: []ratelimit.Limit{lim}, Cost: p.limit + 1, Now: start})
+
+	// Local policy: a calendar period already exhausted rejects the request
+	// before anything is counted.
+	if !counts {
+		for i, c := range cal[:len(b.calendar)] {
+			u, err := b.read(ctx, c.key, c.limit, c.now)
 			if err != nil {
 				return b.failed(key, err)
 			}
-			// The cost was limit+1: the count before it is Used-(limit+1).
-			usage[n] = int64(d.State(0).Used) - p.limit - 1
-			n++
-			continue
+			usage[short+i] = u
+			if u >= c.limit.Count && denied < 0 {
+				denied = short + i
+			}
 		}
-		d, err := b.store.Take(ctx, ratelimit.Request{Key: ck, Limits: []ratelimit.Limit{lim}, Now: start, Penalty: penalty})
+	}
+
+	if short > 0 {
+		if denied >= 0 {
+			for i, l := range b.shortLims {
+				u, err := b.read(ctx, key, l, now)
+				if err != nil {
+					return b.failed(key, err)
+				}
+				usage[i] = u
+			}
+		} else {
+			d, err := b.store.Take(ctx, ratelimit.Request{Key: key, Limits: b.shortLims, Now: now, Penalty: counts})
+			if err != nil {
+				return b.failed(key, err)
+			}
+			if !d.Allowed {
+				denied = d.Denied
+			}
+			for i := 0; i < d.Len(); i++ {
+				if denied < 0 || i <= denied {
+					usage[i] = int64(d.State(i).Used) - 1 // Used includes this request
+					continue
+				}
+				// After the denial: Kong reads (local) or counts (redis) each
+				// period on its own.
+				var u int64
+				if counts {
+					u, _, err = b.count(ctx, key, b.shortLims[i], now, true)
+				} else {
+					u, err = b.read(ctx, key, b.shortLims[i], now)
+				}
+				if err != nil {
+					return b.failed(key, err)
+				}
+				usage[i] = u
+			}
+		}
+	}
+
+	for i, c := range cal[:len(b.calendar)] {
+		if !counts && denied >= 0 {
+			break // read above; a rejected request is not counted
+		}
+		u, ok, err := b.count(ctx, c.key, c.limit, c.now, counts)
 		if err != nil {
 			return b.failed(key, err)
 		}
-		usage[n] = int64(d.State(0).Used) - 1
-		if !d.Allowed {
-			denied = n
+		usage[short+i] = u
+		if !ok && denied < 0 {
+			denied = short + i
 		}
-		n++
 	}
-	return b.result(key, usage[:n], denied, now), nil
+	return b.result(key, usage[:len(b.all)], denied, now), nil
+}
+
+// calendarCounter is the counter of one calendar period of one client.
+type calendarCounter struct {
+	key   string
+	limit ratelimit.Limit
+	now   time.Time
+}
+
+// calendarCounter returns where the counter of calendar period p lives.
+// It is keyed by the period's start and decided at that instant: its store
+// window (longer than any calendar period) then never rolls over while the
+// period lasts. The store must decide with the caller's clock for this.
+func (b *Basic) calendarCounter(p period, id string, now time.Time) calendarCounter {
+	start := calendarStart(p.name, now)
+	return calendarCounter{
+		key:   ratelimit.Key(b.scope[0], b.scope[1], id, p.name, strconv.FormatInt(start.Unix(), 10)),
+		limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Count: p.limit, Window: calendarWindow(p.name)},
+		now:   start,
+	}
+}
+
+// read returns the count of one fixed-window limit without changing it: a
+// Take whose cost exceeds the limit can never pass and, without penalty,
+// is never kept; it reports the count plus that cost.
+func (b *Basic) read(ctx context.Context, key string, l ratelimit.Limit, now time.Time) (int64, error) {
+	d, err := b.store.Take(ctx, ratelimit.Request{Key: key, Limits: []ratelimit.Limit{l}, Cost: l.Count + 1, Now: now})
+	if err != nil {
+		return 0, err
+	}
+	return int64(d.State(0).Used) - l.Count - 1, nil
+}
+
+// count counts one request in one fixed-window limit (kept even when over
+// the limit when keep is set) and returns the count before it and whether
+// it fitted.
+func (b *Basic) count(ctx context.Context, key string, l ratelimit.Limit, now time.Time, keep bool) (int64, bool, error) {
+	d, err := b.store.Take(ctx, ratelimit.Request{Key: key, Limits: []ratelimit.Limit{l}, Now: now, Penalty: keep})
+	if err != nil {
+		return 0, false, err
+	}
+	return int64(d.State(0).Used) - 1, d.Allowed, nil
 }
 
 // calendarWindow is the store window of a calendar period: longer than any

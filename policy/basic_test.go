@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"github.com/seed-008287da/sluice/ratelimit/memorystore"
 	"strings"
 	"testing"
 	"time"
@@ -106,4 +107,39 @@ func TestBasicFaultTolerantAndHidden(t *testing.T) {
 	if len(rs[0].Headers) != 0 || len(rs[1].Headers) != 1 || !strings.Contains(string(rs[1].Body), `"no"`) {
 		t.Errorf("hidden headers: %+v", rs)
 	}
+}
+
+// On a rejection the other periods show limit - count, their plain count
+// (no previous window weighed in); the local policy counts the rejected
+// request nowhere, the redis policy everywhere (Kong increments first).
+func TestBasicRejectionCounts(t *testing.T) {
+	memRedis := RegistryOptions{NewRedisStore: func(RedisStoreConfig) (ratelimitStore, error) {
+		return memorystore.New(memorystore.Options{}), nil
+	}}
+	for _, c := range []struct {
+		policy string
+		opts   RegistryOptions
+		next   string // minute remaining of the next allowed call
+	}{
+		{`"local"`, RegistryOptions{}, "7"},
+		{`"redis","redis":{"host":"127.0.0.1"}`, memRedis, "6"},
+	} {
+		b := newBasic(t, newRegistry(t, c.opts), `{"second":1,"minute":10,"policy":`+c.policy+`}`, Scope{})
+		runCalls(t, b, []call{
+			// Five calls in the previous minute: a weighted read would show them.
+			{t: -30 * time.Second, allowed: true},
+			{t: -20 * time.Second, allowed: true},
+			{t: -10 * time.Second, allowed: true},
+			{t: 5 * time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-Minute": "9"}},
+			{t: 20 * time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-Minute": "8"}},
+			{t: 20*time.Second + time.Millisecond, allowed: false, headers: want{"X-RateLimit-Remaining-Second": "0", "X-RateLimit-Remaining-Minute": "8"}},
+			{t: 21 * time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-Minute": c.next}},
+		})
+	}
+	// A rejection by the month counts nowhere with the local policy.
+	b := newBasic(t, newRegistry(t, RegistryOptions{}), `{"minute":5,"month":5}`, Scope{})
+	runCalls(t, b, []call{
+		{t: 0, repeat: 4, allowed: true, headers: want{"X-RateLimit-Remaining-Month": "0", "X-RateLimit-Remaining-Minute": "0"}},
+		{t: 60 * time.Second, repeat: 2, allowed: false, headers: want{"X-RateLimit-Remaining-Minute": "5", "X-RateLimit-Remaining-Month": "0"}},
+	})
 }
