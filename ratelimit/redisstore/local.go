@@ -1,0 +1,235 @@
+package redisstore
+
+import (
+	"hash/maphash"
+	"sync"
+	"time"
+
+	"github.com/seed-008287da/sluice/ratelimit"
+)
+
+// local holds the node's own counters: all of them with sync_rate -1, the
+// counters between two sync cycles with sync_rate > 0, and, with sync_rate
+// 0, the last totals Redis returned, so that a fallback starts from them.
+type local struct {
+	seed   maphash.Seed
+	shards [64]lshard
+}
+
+type lshard struct {
+	mu     sync.Mutex
+	m      map[lkey]*entry
+	leases map[string]map[string]int64 // key -> lease id -> expiry (Unix ns)
+}
+
+type lkey struct {
+	key string
+	id  uint64
+}
+
+// pend is a batch of local hits not yet pushed to Redis: for a window the
+// hits counted in the window starting at start (Unix ms); for a token
+// bucket (start 0) the sum of the admitted increments in microseconds.
+type pend struct {
+	start, d int64
+}
+
+type entry struct {
+	c   ratelimit.Counter
+	lim ratelimit.Limit
+	// two windows can have hits waiting: the current one and the one
+	// before, when a window edge passed since the last cycle.
+	pend [2]pend
+}
+
+func newLocal() *local {
+	l := &local{seed: maphash.MakeSeed()}
+	for i := range l.shards {
+		l.shards[i].m = make(map[lkey]*entry)
+		l.shards[i].leases = make(map[string]map[string]int64)
+	}
+	return l
+}
+
+func (l *local) shard(key string) *lshard {
+	return &l.shards[maphash.String(l.seed, key)%uint64(len(l.shards))]
+}
+
+// take decides r on local counters. When track is set, the hits it counts
+// are remembered for the next push.
+func (l *local) take(r *ratelimit.Request, track bool) ratelimit.Decision {
+	sh := l.shard(r.Key)
+	var buf [4]ratelimit.Counter
+	var ebuf [4]*entry
+	cs, ents := buf[:0], ebuf[:0]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for _, lim := range r.Limits {
+		k := lkey{r.Key, lim.CounterID()}
+		e := sh.m[k]
+		if e == nil {
+			e = &entry{lim: lim}
+			sh.m[k] = e
+		}
+		e.lim = lim
+		ents = append(ents, e)
+		cs = append(cs, e.c)
+	}
+	var preBuf [4]ratelimit.Counter
+	pre := preBuf[:0]
+	if track {
+		pre = append(pre, cs...)
+	}
+	d := ratelimit.Apply(r, cs)
+	nowUs := r.Now.UnixMicro()
+	for i, e := range ents {
+		if track && d.State(i).Counted {
+			if e.lim.Algorithm == ratelimit.TokenBucket {
+				e.pend[0].d += cs[i].Start - max(pre[i].Start, nowUs)
+			} else {
+				cost := r.Cost
+				if cost <= 0 {
+					cost = 1
+				}
+				e.addPend(cs[i].Start, cost)
+			}
+		}
+		e.c = cs[i]
+	}
+	return d
+}
+
+// addPend records d hits in the window starting at start.
+func (e *entry) addPend(start, d int64) {
+	for i := range e.pend {
+		if e.pend[i].start == start && e.pend[i].d != 0 {
+			e.pend[i].d += d
+			return
+		}
+	}
+	// Take an empty slot, or drop the oldest batch: it is two or more
+	// windows old and can no longer affect a decision.
+	j := 0
+	if e.pend[0].d != 0 && (e.pend[1].d == 0 || e.pend[1].start < e.pend[0].start) {
+		j = 1
+	}
+	e.pend[j] = pend{start, d}
+}
+
+// put stores counters Redis returned for r's limits (synchronous mode).
+func (l *local) put(r *ratelimit.Request, cs []ratelimit.Counter) {
+	sh := l.shard(r.Key)
+	sh.mu.Lock()
+	for i, lim := range r.Limits {
+		k := lkey{r.Key, lim.CounterID()}
+		e := sh.m[k]
+		if e == nil {
+			e = &entry{}
+			sh.m[k] = e
+		}
+		e.lim, e.c = lim, cs[i]
+	}
+	sh.mu.Unlock()
+}
+
+// addAt adds d hits of the window starting at start to c, rolling c
+// forward when start is newer.
+func addAt(c *ratelimit.Counter, w, start, d int64) {
+	if start > c.Start {
+		if c.Start == start-w {
+			c.Prev = c.Cur
+		} else {
+			c.Prev = 0
+		}
+		c.Cur, c.Start = 0, start
+	}
+	switch start {
+	case c.Start:
+		c.Cur += d
+	case c.Start - w:
+		c.Prev += d
+	}
+}
+
+// acquire decides a lease locally.
+func (l *local) acquire(r *ratelimit.LeaseRequest) ratelimit.Lease {
+	sh := l.shard(r.Key)
+	now := r.Now.UnixNano()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	set := sh.leases[r.Key]
+	if set == nil {
+		set = make(map[string]int64)
+		sh.leases[r.Key] = set
+	}
+	oldest := int64(0)
+	for id, exp := range set {
+		if exp <= now {
+			delete(set, id)
+			continue
+		}
+		if oldest == 0 || exp < oldest {
+			oldest = exp
+		}
+	}
+	_, held := set[r.ID]
+	n := int64(len(set))
+	if held || n < r.Max {
+		set[r.ID] = now + int64(r.TTL)
+		if !held {
+			n++
+		}
+		return ratelimit.Lease{Allowed: true, Active: n, Remaining: max(r.Max-n, 0), Expires: r.Now.Add(r.TTL)}
+	}
+	return ratelimit.Lease{Active: n, Remaining: max(r.Max-n, 0), RetryAfter: time.Duration(oldest - now)}
+}
+
+func (l *local) release(key, id string) {
+	sh := l.shard(key)
+	sh.mu.Lock()
+	if set := sh.leases[key]; set != nil {
+		delete(set, id)
+		if len(set) == 0 {
+			delete(sh.leases, key)
+		}
+	}
+	sh.mu.Unlock()
+}
+
+// sweep drops counters and leases that can no longer affect a decision at
+// now and have no hits waiting to be pushed.
+func (l *local) sweep(now time.Time) {
+	ns := now.UnixNano()
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if e.pend[0].d == 0 && e.pend[1].d == 0 && e.c.Expiry(e.lim) < ns {
+				delete(sh.m, k)
+			}
+		}
+		for key, set := range sh.leases {
+			for id, exp := range set {
+				if exp <= ns {
+					delete(set, id)
+				}
+			}
+			if len(set) == 0 {
+				delete(sh.leases, key)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// size returns the number of counters held.
+func (l *local) size() int {
+	n := 0
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		n += len(sh.m)
+		sh.mu.Unlock()
+	}
+	return n
+}

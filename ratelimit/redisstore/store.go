@@ -1,0 +1,553 @@
+// Package redisstore is a ratelimit.Store that shares counters between
+// nodes through Redis (standalone, Sentinel or Cluster).
+//
+// Every decision is atomic on the server: an embedded Lua script checks all
+// limits of one key in one round trip, with the integer math of
+// ratelimit.Apply. Concurrent decisions share a few connections through
+// rueidis' automatic pipelining, so one Redis shard is not held to one
+// round trip per request.
+//
+// The sync rate chooses how often Redis is consulted, as Kong's sync_rate
+// does: never (LocalOnly), on every decision (0, the default), or
+// periodically (> 0), counting locally in between and pushing all hits of a
+// cycle in one pipeline.
+//
+// When Redis does not answer within Options.Timeout, decisions fall back to
+// local counters: callers never see an error for it. A circuit breaker
+// keeps a dead server from being called again until a cool-down has
+// passed; state changes are logged once and reported to
+// Options.OnStateChange.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"math/bits"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/seed-008287da/sluice/ratelimit"
+)
+
+// LocalOnly is the SyncRate that never consults Redis (Kong's sync_rate -1).
+const LocalOnly time.Duration = -1
+
+// ErrBadReply wraps every error about a reply the store cannot use: a reply
+// of the wrong shape, a Redis error such as WRONGTYPE (a foreign value
+// under one of the store's keys), or a script that disagrees with
+// ratelimit.Apply.
+var ErrBadReply = errors.New("redisstore: bad reply from redis")
+
+// Options configures a Store. The zero value is a synchronous store in the
+// empty namespace that reads Redis' clock.
+type Options struct {
+	// Namespace separates counters of different policies sharing one Redis
+	// (Kong's namespace). Two stores with the same namespace share their
+	// counters.
+	Namespace string
+	// Prefix starts every Redis key; empty means "sluice".
+	Prefix string
+
+	// SyncRate is Kong's sync_rate as a duration. LocalOnly (or any
+	// negative value) keeps counters in this process only; zero consults
+	// Redis on every decision; a positive value counts locally and pushes
+	// the hits of every key to Redis, pulling back the totals of all nodes,
+	// once per SyncRate, in one pipeline.
+	SyncRate time.Duration
+	// ManualSync runs no background goroutine: the caller runs Sync, which
+	// pushes and pulls (with SyncRate > 0) and drops expired local
+	// counters. Tests use it to run cycles deterministically.
+	ManualSync bool
+
+	// CallerClock decides with Request.Now (and LeaseRequest.Now) instead
+	// of Redis' TIME. The default, Redis' clock, gives every node one clock;
+	// the caller's clock makes decisions reproducible in tests.
+	CallerClock bool
+
+	// Timeout bounds every Redis call, below the caller's own deadline;
+	// zero means 200 ms. A decision whose call does not return in time is
+	// decided locally.
+	Timeout time.Duration
+	// FailureThreshold is the number of consecutive failed calls that
+	// switch the store to local counters; zero means 1.
+	FailureThreshold int
+	// Cooldown is how long the store keeps away from a failed Redis before
+	// one call probes it again; zero means 1 s.
+	Cooldown time.Duration
+
+	// Logger receives one line per state change; nil discards them.
+	Logger *slog.Logger
+	// OnStateChange, when set, is called once per state change, in order,
+	// with the error that caused a switch to fallback. It must not block:
+	// it runs while the store's breaker is locked.
+	OnStateChange func(from, to State, err error)
+}
+
+// Store is a ratelimit.Store backed by Redis. Create it with New; it is
+// safe for concurrent use. Closing it stops its goroutine but not the
+// Client, which other stores may share.
+type Store struct {
+	rc     rueidis.Client
+	opts   Options
+	tag    string // prefix + ":{" + length-prefixed namespace
+	local  *local
+	br     breaker
+	logger *slog.Logger
+
+	closed atomic.Bool
+	stop   chan struct{}
+	done   chan struct{}
+	syncMu sync.Mutex
+
+	decisions, localDecisions, redisCalls, redisErrors, syncs atomic.Uint64
+}
+
+var _ ratelimit.Store = (*Store)(nil)
+
+// New returns a store for one namespace over c. Stores are cheap: create
+// one per namespace and share the Client.
+//
+// With SyncRate > 0 and ManualSync unset, or SyncRate <= 0, a goroutine
+// owned by the store runs sync cycles or drops expired local counters;
+// Close stops it.
+func New(c *Client, opts Options) (*Store, error) {
+	if c == nil {
+		return nil, fmt.Errorf("%w: nil client", ErrConfig)
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 200 * time.Millisecond
+	}
+	if opts.FailureThreshold <= 0 {
+		opts.FailureThreshold = 1
+	}
+	if opts.Cooldown <= 0 {
+		opts.Cooldown = time.Second
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = "sluice"
+	}
+	if opts.SyncRate < 0 {
+		opts.SyncRate = LocalOnly
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{
+		rc:     c.rc,
+		opts:   opts,
+		tag:    opts.Prefix + ":{" + strconv.Itoa(len(opts.Namespace)) + ":" + opts.Namespace,
+		local:  newLocal(),
+		logger: logger,
+		stop:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	s.br.threshold = int32(opts.FailureThreshold)
+	s.br.cooldown = opts.Cooldown
+	s.br.onChange = s.stateChanged
+	if opts.ManualSync {
+		close(s.done)
+	} else {
+		go s.loop()
+	}
+	return s, nil
+}
+
+func (s *Store) stateChanged(from, to State, err error) {
+	switch to {
+	case StateFallback:
+		s.logger.Warn("redisstore: redis unavailable, deciding with local counters",
+			"namespace", s.opts.Namespace, "from", from.String(), "error", err)
+	case StateConnected:
+		s.logger.Info("redisstore: redis available again, counters resync",
+			"namespace", s.opts.Namespace)
+	case StateProbing:
+		s.logger.Debug("redisstore: probing redis", "namespace", s.opts.Namespace)
+	}
+	if s.opts.OnStateChange != nil {
+		s.opts.OnStateChange(from, to, err)
+	}
+}
+
+// counterKey returns the Redis key of one counter. The hash tag holds the
+// namespace and the key, each length-prefixed, so distinct (namespace,
+// key) pairs never share a key and all counters of one key share a Cluster
+// slot.
+func (s *Store) counterKey(key string, id uint64) string {
+	var b strings.Builder
+	b.Grow(len(s.tag) + len(key) + 24)
+	b.WriteString(s.tag)
+	b.WriteString(strconv.Itoa(len(key)))
+	b.WriteByte(':')
+	b.WriteString(key)
+	b.WriteString("}:")
+	b.WriteString(strconv.FormatUint(id, 10))
+	return b.String()
+}
+
+// leaseKey returns the Redis key of the lease set of key.
+func (s *Store) leaseKey(key string) string {
+	return s.tag + strconv.Itoa(len(key)) + ":" + key + "}:lease"
+}
+
+// maxExact is the largest integer every double represents exactly.
+const maxExact = 1 << 53
+
+// checkExact reports a limit whose arithmetic would leave the range where
+// Lua's doubles are exact.
+func checkExact(r *ratelimit.Request, cost int64) error {
+	for i, l := range r.Limits {
+		if l.Algorithm == ratelimit.TokenBucket {
+			t := emission(&l)
+			tau := mulSat(uint64(l.Capacity()), t)
+			inc := mulSat(uint64(min(cost, l.Capacity())), t)
+			if tau > maxExact/2 || inc > maxExact/2 {
+				return fmt.Errorf("limit %d: %w: %s is too large for exact arithmetic in redis (burst and cost times the emission interval in us must stay below 2^52)", i, ratelimit.ErrInvalidLimit, l)
+			}
+			continue
+		}
+		hi, lo := bits.Mul64(uint64(l.Count), uint64(l.Window/time.Millisecond))
+		if hi != 0 || lo > maxExact {
+			return fmt.Errorf("limit %d: %w: %s is too large for exact arithmetic in redis (count*window in ms must stay below 2^53)", i, ratelimit.ErrInvalidLimit, l)
+		}
+	}
+	return nil
+}
+
+// emission returns a token bucket's emission interval in microseconds,
+// W/Count rounded up and at least 1, as ratelimit.Apply computes it.
+func emission(l *ratelimit.Limit) uint64 {
+	wUs := uint64(l.Window / time.Microsecond)
+	c := uint64(l.Count)
+	return max((wUs+c-1)/c, 1)
+}
+
+// mulSat returns a*b, saturating at MaxUint64.
+func mulSat(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	if hi != 0 {
+		return math.MaxUint64
+	}
+	return lo
+}
+
+// Take decides r. Being denied is not an error. It returns an error only
+// for an invalid request (wrapping ratelimit.ErrInvalidLimit), after Close
+// (ratelimit.ErrClosed) or for a reply Redis gave but the store cannot use
+// (ErrBadReply). A Redis that does not answer is not an error: the
+// decision is then made on local counters.
+//
+// With CallerClock unset and a synchronous sync rate, r.Now is ignored and
+// the decision uses Redis' clock.
+func (s *Store) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
+	if s.closed.Load() {
+		return ratelimit.Decision{}, ratelimit.ErrClosed
+	}
+	if err := ratelimit.ValidateLimits(r.Limits); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	if r.Cost < 0 {
+		return ratelimit.Decision{}, fmt.Errorf("%w: cost must not be negative, got %d", ratelimit.ErrInvalidLimit, r.Cost)
+	}
+	if r.Cost == 0 {
+		r.Cost = 1
+	}
+	if r.Now.IsZero() {
+		r.Now = time.Now()
+	}
+	s.decisions.Add(1)
+	switch {
+	case s.opts.SyncRate < 0:
+		return s.local.take(&r, false), nil
+	case s.opts.SyncRate > 0:
+		return s.local.take(&r, true), nil
+	}
+	if err := checkExact(&r, r.Cost); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	if !s.br.allow(r.Now) {
+		s.localDecisions.Add(1)
+		return s.local.take(&r, false), nil
+	}
+	d, err := s.takeRedis(ctx, &r)
+	if err == nil {
+		s.br.success()
+		return d, nil
+	}
+	if s.unavailable(r.Now, err) {
+		s.localDecisions.Add(1)
+		return s.local.take(&r, false), nil
+	}
+	return ratelimit.Decision{}, err
+}
+
+// unavailable classifies err from a Redis call. A Redis that did not
+// answer, or answered that it cannot serve now (LOADING, READONLY after a
+// failover, CLUSTERDOWN...), feeds the breaker and is reported true: the
+// caller decides locally. Any other error is Redis' answer: the breaker
+// counts it as a success and the error goes to the caller.
+func (s *Store) unavailable(now time.Time, err error) bool {
+	s.redisErrors.Add(1)
+	var re *rueidis.RedisError
+	if errors.As(err, &re) && !transient(re) {
+		s.br.success()
+		return false
+	}
+	if errors.Is(err, ErrBadReply) {
+		s.br.success()
+		return false
+	}
+	s.br.failure(now, err)
+	return true
+}
+
+func transient(re *rueidis.RedisError) bool {
+	if re.IsLoading() || re.IsClusterDown() || re.IsTryAgain() {
+		return true
+	}
+	msg := re.Error()
+	for _, p := range []string{"READONLY", "MASTERDOWN", "NOREPLICAS", "BUSY", "MOVED", "ASK"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *Store) nowArg(now time.Time) string {
+	if !s.opts.CallerClock {
+		return ""
+	}
+	return strconv.FormatInt(floorDiv(now.UnixNano(), 1000), 10)
+}
+
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
+
+// takeRedis runs take.lua for r and rebuilds the decision with
+// ratelimit.Apply from the counters the script read.
+func (s *Store) takeRedis(ctx context.Context, r *ratelimit.Request) (ratelimit.Decision, error) {
+	n := len(r.Limits)
+	keys := make([]string, n)
+	args := make([]string, 3, 3+4*n)
+	args[0] = s.nowArg(r.Now)
+	args[1] = strconv.FormatInt(r.Cost, 10)
+	args[2] = "0"
+	if r.Penalty {
+		args[2] = "1"
+	}
+	for i, l := range r.Limits {
+		keys[i] = s.counterKey(r.Key, l.CounterID())
+		var kind, a, b int64
+		switch l.Algorithm {
+		case ratelimit.FixedWindow:
+			kind, a = 0, int64(l.Window/time.Millisecond)
+		case ratelimit.SlidingWindow:
+			kind, a = 1, int64(l.Window/time.Millisecond)
+		default:
+			t := emission(&l)
+			kind = 2
+			a = int64(mulSat(uint64(l.Capacity()), t))
+			b = -1
+			if r.Cost <= l.Capacity() {
+				b = int64(mulSat(uint64(r.Cost), t))
+			}
+		}
+		args = append(args, strconv.FormatInt(kind, 10), strconv.FormatInt(l.Count, 10),
+			strconv.FormatInt(a, 10), strconv.FormatInt(b, 10))
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	res, trips := takeScript.exec(ctx, s.rc, keys, args)
+	s.redisCalls.Add(uint64(trips))
+	vals, err := res.ToArray()
+	if err != nil {
+		return ratelimit.Decision{}, fmt.Errorf("redisstore: running take.lua: %w", err)
+	}
+	if len(vals) != 2+3*n {
+		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua returned %d values, want %d", ErrBadReply, len(vals), 2+3*n)
+	}
+	ints, err := int64s(vals)
+	if err != nil {
+		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua: %w", ErrBadReply, err)
+	}
+	var buf [4]ratelimit.Counter
+	cs := buf[:0]
+	for i := range n {
+		cs = append(cs, ratelimit.Counter{Start: ints[2+3*i], Cur: ints[3+3*i], Prev: ints[4+3*i]})
+	}
+	rr := *r
+	if !s.opts.CallerClock {
+		rr.Now = time.UnixMicro(ints[1])
+	}
+	d := ratelimit.Apply(&rr, cs)
+	if d.Allowed != (ints[0] == 1) {
+		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua decided allowed=%v but ratelimit.Apply %v for %q", ErrBadReply, ints[0] == 1, d.Allowed, r.Key)
+	}
+	s.local.put(r, cs)
+	return d, nil
+}
+
+// int64s converts an array reply of integers.
+func int64s(vals []rueidis.RedisMessage) ([]int64, error) {
+	out := make([]int64, len(vals))
+	for i := range vals {
+		v, err := vals[i].AsInt64()
+		if err != nil {
+			return nil, fmt.Errorf("value %d: %w", i, err)
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// Acquire takes or renews one concurrency lease. Leases are decided in
+// Redis whatever the sync rate (except LocalOnly): a bound on concurrent
+// holders is only worth having if it is shared. When Redis does not answer
+// the lease is decided locally.
+func (s *Store) Acquire(ctx context.Context, r ratelimit.LeaseRequest) (ratelimit.Lease, error) {
+	if s.closed.Load() {
+		return ratelimit.Lease{}, ratelimit.ErrClosed
+	}
+	if err := ratelimit.ValidateLease(&r); err != nil {
+		return ratelimit.Lease{}, err
+	}
+	if r.Now.IsZero() {
+		r.Now = time.Now()
+	}
+	if s.opts.SyncRate < 0 {
+		return s.local.acquire(&r), nil
+	}
+	if !s.br.allow(r.Now) {
+		s.localDecisions.Add(1)
+		return s.local.acquire(&r), nil
+	}
+	l, err := s.acquireRedis(ctx, &r)
+	if err == nil {
+		s.br.success()
+		return l, nil
+	}
+	if s.unavailable(r.Now, err) {
+		s.localDecisions.Add(1)
+		return s.local.acquire(&r), nil
+	}
+	return ratelimit.Lease{}, err
+}
+
+func (s *Store) acquireRedis(ctx context.Context, r *ratelimit.LeaseRequest) (ratelimit.Lease, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	args := []string{s.nowArg(r.Now), r.ID, strconv.FormatInt(r.Max, 10), strconv.FormatInt(int64(r.TTL/time.Microsecond), 10)}
+	res, trips := acquireScript.exec(ctx, s.rc, []string{s.leaseKey(r.Key)}, args)
+	s.redisCalls.Add(uint64(trips))
+	vals, err := res.ToArray()
+	if err != nil {
+		return ratelimit.Lease{}, fmt.Errorf("redisstore: running acquire.lua: %w", err)
+	}
+	if len(vals) != 4 {
+		return ratelimit.Lease{}, fmt.Errorf("%w: acquire.lua returned %d values, want 4", ErrBadReply, len(vals))
+	}
+	v, err := int64s(vals)
+	if err != nil {
+		return ratelimit.Lease{}, fmt.Errorf("%w: acquire.lua: %w", ErrBadReply, err)
+	}
+	now := r.Now
+	if !s.opts.CallerClock {
+		now = time.UnixMicro(v[2])
+	}
+	if v[0] == 1 {
+		return ratelimit.Lease{Allowed: true, Active: v[1], Remaining: max(r.Max-v[1], 0), Expires: now.Add(r.TTL)}, nil
+	}
+	retry := time.Duration(v[3]-v[2]) * time.Microsecond
+	if s.opts.CallerClock {
+		retry = time.UnixMicro(v[3]).Sub(now)
+	}
+	return ratelimit.Lease{Active: v[1], Remaining: max(r.Max-v[1], 0), RetryAfter: max(retry, 0)}, nil
+}
+
+// Release ends lease id on key. Unknown, expired or already released
+// leases are not an error. When Redis does not answer, the lease is
+// released locally and lapses in Redis at its TTL.
+func (s *Store) Release(ctx context.Context, key, id string) error {
+	if s.closed.Load() {
+		return ratelimit.ErrClosed
+	}
+	s.local.release(key, id)
+	if s.opts.SyncRate < 0 || !s.br.allow(time.Now()) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	s.redisCalls.Add(1)
+	err := s.rc.Do(ctx, s.rc.B().Zrem().Key(s.leaseKey(key)).Member(id).Build()).Error()
+	if err == nil {
+		s.br.success()
+		return nil
+	}
+	if s.unavailable(time.Now(), err) {
+		return nil
+	}
+	return fmt.Errorf("redisstore: releasing lease: %w", err)
+}
+
+// Stats are counters of a store's activity since New, for export as
+// metrics. Every field only grows, except State and Keys.
+type Stats struct {
+	// State is the store's view of Redis now.
+	State State
+	// Decisions counts Take calls that were decided.
+	Decisions uint64
+	// LocalDecisions counts Take and Acquire calls decided on local
+	// counters because Redis was unavailable (not those of LocalOnly or
+	// periodic mode, which are local by design).
+	LocalDecisions uint64
+	// RedisCalls counts round trips to Redis: one per decision in
+	// synchronous mode (two when a script had to be loaded), one pipeline
+	// per sync cycle.
+	RedisCalls uint64
+	// RedisErrors counts failed round trips.
+	RedisErrors uint64
+	// SyncCycles counts completed sync cycles (SyncRate > 0).
+	SyncCycles uint64
+	// Keys is the number of counters held locally.
+	Keys int
+}
+
+// Stats returns the store's counters. It is safe to call at any time and
+// costs a pass over the local shards for Keys.
+func (s *Store) Stats() Stats {
+	return Stats{
+		State:          State(s.br.state.Load()),
+		Decisions:      s.decisions.Load(),
+		LocalDecisions: s.localDecisions.Load(),
+		RedisCalls:     s.redisCalls.Load(),
+		RedisErrors:    s.redisErrors.Load(),
+		SyncCycles:     s.syncs.Load(),
+		Keys:           s.local.size(),
+	}
+}
+
+// Close stops the store's goroutine and waits for it. Later calls return
+// ratelimit.ErrClosed. The Client stays open.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	if !s.opts.ManualSync {
+		close(s.stop)
+	}
+	<-s.done
+	return nil
+}

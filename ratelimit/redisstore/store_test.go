@@ -1,0 +1,124 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/seed-008287da/sluice/internal/testservers"
+	"github.com/seed-008287da/sluice/ratelimit"
+	"github.com/seed-008287da/sluice/ratelimit/ratelimittest"
+)
+
+// dial connects to cfg and closes the client when the test ends.
+func dial(t testing.TB, cfg Config) *Client {
+	t.Helper()
+	c, err := Dial(cfg)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func standalone(t testing.TB) (*testservers.RedisServer, *Client) {
+	t.Helper()
+	srv := testservers.Redis(t, testservers.RedisOptions{})
+	return srv, dial(t, Config{Host: srv.Host(), Port: srv.Port()})
+}
+
+func cluster(t testing.TB) (*testservers.RedisCluster, *Client) {
+	t.Helper()
+	cl := testservers.Cluster(t)
+	var nodes []Addr
+	for _, a := range cl.Addrs() {
+		host, port := splitAddr(t, a)
+		nodes = append(nodes, Addr{host, port})
+	}
+	return cl, dial(t, Config{ClusterNodes: nodes})
+}
+
+func splitAddr(t testing.TB, a string) (string, int) {
+	t.Helper()
+	for i := len(a) - 1; i >= 0; i-- {
+		if a[i] == ':' {
+			p, err := strconv.Atoi(a[i+1:])
+			if err != nil {
+				t.Fatalf("bad address %q", a)
+			}
+			return a[:i], p
+		}
+	}
+	t.Fatalf("bad address %q", a)
+	return "", 0
+}
+
+// newStore returns a store over c that the test closes.
+func newStore(t testing.TB, c *Client, opts Options) *Store {
+	t.Helper()
+	s, err := New(c, opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+var nsSeq atomic.Int64
+
+// factory gives every subtest of the conformance suite a fresh namespace on
+// one shared server, so each store starts empty.
+func factory(c *Client, opts Options) ratelimittest.Factory {
+	return func(t *testing.T) ratelimit.Store {
+		o := opts
+		o.Namespace = "conformance-" + strconv.FormatInt(nsSeq.Add(1), 10)
+		o.CallerClock = true
+		o.ManualSync = true
+		s, err := New(c, o)
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		return s
+	}
+}
+
+func TestConformanceStandalone(t *testing.T) {
+	_, c := standalone(t)
+	ratelimittest.Run(t, factory(c, Options{}))
+}
+
+func TestConformanceCluster(t *testing.T) {
+	_, c := cluster(t)
+	ratelimittest.Run(t, factory(c, Options{}))
+}
+
+func TestConformanceLocalOnly(t *testing.T) {
+	_, c := standalone(t)
+	ratelimittest.Run(t, factory(c, Options{SyncRate: LocalOnly}))
+}
+
+func TestRedisHoldsTheCounters(t *testing.T) {
+	srv, c := standalone(t)
+	s := newStore(t, c, Options{Namespace: "ns", CallerClock: true, ManualSync: true})
+	ctx := context.Background()
+	r := ratelimit.Request{Key: "user:1", Limits: []ratelimit.Limit{ratelimit.PerMinute(3).Fixed()}, Now: ratelimittest.At(0)}
+	for i := range 3 {
+		d, err := s.Take(ctx, r)
+		if err != nil || !d.Allowed {
+			t.Fatalf("call %d: %v %v", i, d.Allowed, err)
+		}
+	}
+	// A second store (another node) sees the same count.
+	s2 := newStore(t, c, Options{Namespace: "ns", CallerClock: true, ManualSync: true})
+	if d, err := s2.Take(ctx, r); err != nil || d.Allowed {
+		t.Fatalf("fourth call on another node: allowed=%v err=%v", d.Allowed, err)
+	}
+	key := s.counterKey("user:1", r.Limits[0].CounterID())
+	if got := srv.Do(t, "HGET", key, "c"); got != "3" {
+		t.Fatalf("HGET %s c = %v, want 3", key, got)
+	}
+	if ttl, _ := srv.Do(t, "PTTL", key).(int64); ttl <= 60_000 || ttl > 120_000 {
+		t.Fatalf("PTTL = %d ms, want (60000, 120000]", ttl)
+	}
+}
