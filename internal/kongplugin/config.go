@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"sync"
 )
 
 // The config structs below are what go-pdk turns into the Kong-side schema
@@ -73,6 +74,15 @@ type RateLimitingConfig struct {
 	// this group under one key, and requests whose consumer is not in it
 	// fall back to the IP, as in Kong.
 	ScopeGroup *string `json:"scope_group"`
+
+	// Sluice holds sluice's engine extensions (policy.Extensions).
+	Sluice *SluiceConf `json:"sluice"`
+
+	p    *Process
+	raw  []byte
+	once sync.Once
+	comp *rlaCompiled
+	err  error
 }
 
 // ThrottlingConf is rate-limiting-advanced's throttling record.

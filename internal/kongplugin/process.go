@@ -57,7 +57,7 @@ type Options struct {
 	// source are invalid.
 	WatchOverrides WatchFunc
 	// NewRedisLeaseStore builds the lease store of a sluice-concurrency
-	// namespace with strategy redis. Nil means such configs are invalid.
+	// namespace with strategy redis. Nil means RedisLeaseStore.
 	NewRedisLeaseStore func(namespace string, redis RedisConf) (ratelimit.Store, error)
 }
 
@@ -71,6 +71,7 @@ type Process struct {
 	registry  *policy.Registry
 	ownsReg   bool
 	dims      compiledCache[*dimsCompiled]
+	rla       compiledCache[*rlaCompiled]
 	conc      compiledCache[*concCompiled]
 	mu        sync.Mutex
 	closed    bool
@@ -84,6 +85,9 @@ func NewProcess(opts Options) *Process {
 		overrides: map[string]*overridesWatch{}, leases: map[string]*leaseStore{}}
 	if p.now == nil {
 		p.now = time.Now
+	}
+	if p.newRedis == nil {
+		p.newRedis = RedisLeaseStore
 	}
 	if p.log == nil {
 		p.log = slog.Default()

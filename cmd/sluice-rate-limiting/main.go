@@ -1,0 +1,37 @@
+// Command sluice-rate-limiting is a Kong plugin server (go-pdk) for the
+// sluice-rate-limiting plugin: Kong's rate-limiting-advanced config and
+// behaviour, over sluice's policy engine, for any Kong 3.x including OSS.
+// Kong starts it with the start command of kong.conf (see
+// deploy/kong/kong.conf); -dump prints the plugin's schema for Kong's query
+// command; -kong-prefix sets where the socket is created.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"os"
+
+	"github.com/Kong/go-pdk/server"
+
+	"github.com/seed-008287da/sluice/internal/kongplugin"
+)
+
+// version is stamped by scripts/release with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	showVersion := flag.Bool("version", false, "print the version and exit")
+	flag.Parse()
+	if *showVersion {
+		fmt.Println(version)
+		return
+	}
+	p := kongplugin.NewProcess(kongplugin.Options{})
+	defer p.Close()
+	if err := server.StartServer(p.NewRateLimiting, version, kongplugin.RateLimitingPriority); err != nil {
+		log.Print(err)
+		p.Close()
+		os.Exit(1)
+	}
+}
