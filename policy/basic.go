@@ -104,7 +104,8 @@ func NewBasic(cfg *BasicConfig, scope Scope, reg *Registry) (*Basic, error) {
 	}
 	b.headers = newHeaderPlan(names, titles, limits, secs)
 	var err error
-	b.storeKey, b.store, err = reg.storeFor(basicNamespace, c.Policy, c.SyncRate, &c.Redis, windows)
+	rc := c.Redis.redisConfig()
+	b.storeKey, b.store, err = reg.storeFor(basicNamespace, c.Policy, c.SyncRate, &rc, windows)
 	if err != nil {
 		return nil, fmt.Errorf("policy: building %s store for rate-limiting: %w", c.Policy, err)
 	}

@@ -30,14 +30,37 @@ type BasicConfig struct {
 	ErrorMessage      string `json:"error_message"`
 	// SyncRate is in seconds: -1 (default) sends every request to the
 	// store; a positive value batches Redis updates.
-	SyncRate float64 `json:"sync_rate"`
-	// Redis holds the record fields the OSS plugin uses: Host, Port,
-	// Username, Password, Database, SSL, SSLVerify, ServerName and one
-	// timeout (in ConnectTimeout, SendTimeout and ReadTimeout).
-	Redis  RedisConfig `json:"redis"`
-	Sluice Extensions  `json:"sluice"`
+	SyncRate float64          `json:"sync_rate"`
+	Redis    BasicRedisConfig `json:"redis"`
+	Sluice   Extensions       `json:"sluice"`
 
 	Kong KongKeys `json:"-"`
+}
+
+// BasicRedisConfig is the OSS plugin's redis record. Timeout is in
+// milliseconds.
+type BasicRedisConfig struct {
+	Host                *string    `json:"host"`
+	Port                *int64     `json:"port"`
+	Timeout             *int64     `json:"timeout"`
+	Username            *string    `json:"username"`
+	Password            *string    `json:"password"`
+	Database            int64      `json:"database"`
+	SSL                 bool       `json:"ssl"`
+	SSLVerify           bool       `json:"ssl_verify"`
+	ServerName          *string    `json:"server_name"`
+	CloudAuthentication *CloudAuth `json:"cloud_authentication"`
+}
+
+// redisConfig maps the OSS record onto the shared Redis record.
+func (b *BasicRedisConfig) redisConfig() RedisConfig {
+	r := RedisConfig{
+		Host: b.Host, Port: b.Port, Database: b.Database, Username: b.Username, Password: b.Password,
+		SSL: b.SSL, SSLVerify: b.SSLVerify, ServerName: b.ServerName, CloudAuthentication: b.CloudAuthentication,
+		ConnectTimeout: b.Timeout, SendTimeout: b.Timeout, ReadTimeout: b.Timeout,
+		KeepalivePoolSize: 256, ClusterMaxRedirections: 5,
+	}
+	return r
 }
 
 // period is one configured OSS period.
@@ -79,11 +102,9 @@ func defaultBasic() BasicConfig {
 		ErrorCode:     DefaultErrorCode,
 		ErrorMessage:  DefaultErrorMessage,
 		SyncRate:      -1,
-		Redis: RedisConfig{
-			Port:           ptr(int64(6379)),
-			ConnectTimeout: ptr(int64(2000)),
-			SendTimeout:    ptr(int64(2000)),
-			ReadTimeout:    ptr(int64(2000)),
+		Redis: BasicRedisConfig{
+			Port:    ptr(int64(6379)),
+			Timeout: ptr(int64(2000)),
 		},
 	}
 }
@@ -136,11 +157,7 @@ func ParseBasic(raw []byte) (*BasicConfig, error) {
 	f.reqBool("redis_ssl", &cfg.Redis.SSL)
 	f.reqBool("redis_ssl_verify", &cfg.Redis.SSLVerify)
 	f.optString("redis_server_name", &cfg.Redis.ServerName)
-	var timeout *int64
-	f.optInt("redis_timeout", &timeout, 0, maxTimeout)
-	if timeout != nil {
-		cfg.Redis.ConnectTimeout, cfg.Redis.SendTimeout, cfg.Redis.ReadTimeout = ptr(*timeout), ptr(*timeout), ptr(*timeout)
-	}
+	f.optInt("redis_timeout", &cfg.Redis.Timeout, 0, maxTimeout)
 	f.reqInt("redis_database", &cfg.Redis.Database, -1<<31, 1<<31-1)
 	if e, _ := f.sub("sluice"); e != nil {
 		parseExtensions(e, &cfg.Sluice)
@@ -177,14 +194,10 @@ func (f *fields) periodLimit(name string, dst **int64) {
 }
 
 // parseBasicRedis reads the OSS plugin's redis record.
-func parseBasicRedis(f *fields, r *RedisConfig) {
+func parseBasicRedis(f *fields, r *BasicRedisConfig) {
 	f.optString("host", &r.Host)
 	f.optInt("port", &r.Port, 0, maxPort)
-	var timeout *int64
-	f.optInt("timeout", &timeout, 0, maxTimeout)
-	if timeout != nil {
-		r.ConnectTimeout, r.SendTimeout, r.ReadTimeout = ptr(*timeout), ptr(*timeout), ptr(*timeout)
-	}
+	f.optInt("timeout", &r.Timeout, 0, maxTimeout)
 	f.optString("username", &r.Username)
 	f.optString("password", &r.Password)
 	f.reqInt("database", &r.Database, -1<<31, 1<<31-1)
@@ -226,7 +239,7 @@ func validateBasic(d *decoder, c *BasicConfig) {
 		if c.Redis.Port == nil {
 			d.fail(p+"redis.port", msgRequired)
 		}
-		if c.Redis.ConnectTimeout == nil {
+		if c.Redis.Timeout == nil {
 			d.fail(p+"redis.timeout", msgRequired)
 		}
 	}

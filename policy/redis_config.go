@@ -10,33 +10,32 @@ import (
 // defaults. Nullable fields are pointers; nil means null. Field meanings
 // follow Kong; timeouts are in milliseconds.
 type RedisConfig struct {
-	Host                   *string    `json:"host"`
-	Port                   *int64     `json:"port"`
-	Database               int64      `json:"database"`
-	Username               *string    `json:"username"`
-	Password               *string    `json:"password"`
-	SSL                    bool       `json:"ssl"`
-	SSLVerify              bool       `json:"ssl_verify"`
-	ServerName             *string    `json:"server_name"`
-	ConnectTimeout         *int64     `json:"connect_timeout"`
-	SendTimeout            *int64     `json:"send_timeout"`
-	ReadTimeout            *int64     `json:"read_timeout"`
-	KeepalivePoolSize      int64      `json:"keepalive_pool_size"`
-	KeepaliveBacklog       *int64     `json:"keepalive_backlog"`
-	SentinelMaster         *string    `json:"sentinel_master"`
-	SentinelRole           *string    `json:"sentinel_role"`
-	SentinelNodes          []HostPort `json:"sentinel_nodes"`
-	SentinelUsername       *string    `json:"sentinel_username"`
-	SentinelPassword       *string    `json:"sentinel_password"`
-	ClusterNodes           []HostPort `json:"cluster_nodes"`
-	ClusterMaxRedirections int64      `json:"cluster_max_redirections"`
-	ConnectionIsProxied    bool       `json:"connection_is_proxied"`
-	RedisProxyType         *string    `json:"redis_proxy_type"`
-	CloudAuthentication    *CloudAuth `json:"cloud_authentication"`
+	Host                   *string       `json:"host"`
+	Port                   *int64        `json:"port"`
+	Database               int64         `json:"database"`
+	Username               *string       `json:"username"`
+	Password               *string       `json:"password"`
+	SSL                    bool          `json:"ssl"`
+	SSLVerify              bool          `json:"ssl_verify"`
+	ServerName             *string       `json:"server_name"`
+	ConnectTimeout         *int64        `json:"connect_timeout"`
+	SendTimeout            *int64        `json:"send_timeout"`
+	ReadTimeout            *int64        `json:"read_timeout"`
+	KeepalivePoolSize      int64         `json:"keepalive_pool_size"`
+	KeepaliveBacklog       *int64        `json:"keepalive_backlog"`
+	SentinelMaster         *string       `json:"sentinel_master"`
+	SentinelRole           *string       `json:"sentinel_role"`
+	SentinelNodes          []HostPort    `json:"sentinel_nodes"`
+	SentinelUsername       *string       `json:"sentinel_username"`
+	SentinelPassword       *string       `json:"sentinel_password"`
+	ClusterNodes           []ClusterNode `json:"cluster_nodes"`
+	ClusterMaxRedirections int64         `json:"cluster_max_redirections"`
+	ConnectionIsProxied    bool          `json:"connection_is_proxied"`
+	RedisProxyType         *string       `json:"redis_proxy_type"`
+	CloudAuthentication    *CloudAuth    `json:"cloud_authentication"`
 }
 
-// HostPort is one Sentinel or Cluster node. Cluster nodes are written with
-// "ip" in Kong's schema, Sentinel nodes with "host"; both land in Host.
+// HostPort is one Sentinel node.
 type HostPort struct {
 	Host string `json:"host"`
 	Port int64  `json:"port"`
@@ -44,6 +43,37 @@ type HostPort struct {
 
 // Addr returns "host:port".
 func (h HostPort) Addr() string { return net.JoinHostPort(h.Host, strconv.FormatInt(h.Port, 10)) }
+
+// ClusterNode is one Redis Cluster seed node; Kong names its address "ip".
+type ClusterNode struct {
+	IP   string `json:"ip"`
+	Port int64  `json:"port"`
+}
+
+// Addr returns "ip:port".
+func (n ClusterNode) Addr() string { return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)) }
+
+func toClusterNodes(hs []HostPort) []ClusterNode {
+	if hs == nil {
+		return nil
+	}
+	out := make([]ClusterNode, len(hs))
+	for i, h := range hs {
+		out[i] = ClusterNode{IP: h.Host, Port: h.Port}
+	}
+	return out
+}
+
+func fromClusterNodes(ns []ClusterNode) []HostPort {
+	if ns == nil {
+		return nil
+	}
+	out := make([]HostPort, len(ns))
+	for i, n := range ns {
+		out[i] = HostPort{Host: n.IP, Port: n.Port}
+	}
+	return out
+}
 
 // CloudAuth is Kong's cloud_authentication record (3.13+). sluice parses
 // and validates it but does not implement cloud IAM authentication; see
@@ -112,8 +142,8 @@ func parseRedis(f *fields, r *RedisConfig) {
 	f.optString("sentinel_username", &r.SentinelUsername)
 	f.optString("sentinel_password", &r.SentinelPassword)
 	r.SentinelNodes = f.addresses("sentinel_addresses", "sentinel_nodes", r.SentinelNodes)
-	r.ClusterNodes = f.nodes("cluster_nodes", "ip", r.ClusterNodes)
-	r.ClusterNodes = f.addresses("cluster_addresses", "cluster_nodes", r.ClusterNodes)
+	cluster := f.nodes("cluster_nodes", "ip", fromClusterNodes(r.ClusterNodes))
+	r.ClusterNodes = toClusterNodes(f.addresses("cluster_addresses", "cluster_nodes", cluster))
 	f.reqInt("cluster_max_redirections", &r.ClusterMaxRedirections, -1<<31, 1<<31-1)
 	f.reqBool("connection_is_proxied", &r.ConnectionIsProxied)
 	f.enum("redis_proxy_type", &r.RedisProxyType, true, "envoy_v1.31")
