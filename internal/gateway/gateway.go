@@ -156,6 +156,7 @@ type Gateway struct {
 	upstreams sync.Map // upstreamKey -> *fasthttp.HostClient
 	server    *fasthttp.Server
 	inflight  sync.WaitGroup
+	active    atomic.Int64
 	started   time.Time
 	reqSeq    atomic.Uint64
 }
@@ -363,6 +364,10 @@ func (g *Gateway) Config() (data []byte, source string, err error) {
 	}
 	return gen.raw, gen.source, nil
 }
+
+// Inflight returns the number of requests being handled, streaming
+// responses and tunnels included.
+func (g *Gateway) Inflight() int64 { return g.active.Load() }
 
 // Status describes the gateway for health checks.
 type Status struct {

@@ -36,6 +36,7 @@ var hopHeaders = []string{
 func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	g.inflight.Add(1)
+	g.active.Add(1)
 	g.metrics.inflight.Inc()
 	x := &Exchange{ctx: ctx, Context: context.Background(), Now: g.now()}
 	x.RequestID = requestID(g.reqSeq.Add(1), start)
@@ -177,6 +178,7 @@ func (g *Gateway) end(x *Exchange, start time.Time) {
 		}
 		g.log.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs...)
 	}
+	g.active.Add(-1)
 	g.inflight.Done()
 }
 

@@ -1,0 +1,179 @@
+// Package admin is the gateway's admin API on net/http, the DB-less subset
+// of Kong's: POST /config loads a new declarative configuration, GET
+// /config returns the serving one, GET /status reports health, GET
+// /metrics exposes Prometheus metrics.
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/seed-008287da/sluice/internal/gateway"
+	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+)
+
+// MaxConfigSize bounds a POST /config body.
+const MaxConfigSize = 32 << 20
+
+// Options configure the admin handler.
+type Options struct {
+	// Version is reported by GET /.
+	Version string
+}
+
+// Handler returns the admin API of g. It is safe for concurrent use;
+// concurrent POST /config calls are applied one at a time.
+func Handler(g *gateway.Gateway, opts Options) http.Handler {
+	mux := http.NewServeMux()
+	a := &api{g: g, opts: opts}
+	mux.HandleFunc("GET /{$}", a.root)
+	mux.HandleFunc("POST /config", a.postConfig)
+	mux.HandleFunc("GET /config", a.getConfig)
+	mux.HandleFunc("GET /status", a.status)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g.Metrics().Registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+type api struct {
+	g    *gateway.Gateway
+	opts Options
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v) // the client went away; nothing to do
+}
+
+func (a *api) root(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{
+		"tagline": "Welcome to sluice",
+		"version": a.opts.Version,
+		"configuration": map[string]any{
+			"database": "off",
+			"role":     "traditional",
+		},
+	})
+}
+
+// fieldError is one entry of a 400 response.
+type fieldError struct {
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message"`
+}
+
+// postConfig accepts the configuration as a form field "config"
+// (multipart or urlencoded, as `curl -F config=@kong.yml`), as a JSON
+// object {"config": "<yaml or json text>"}, or as the raw YAML/JSON body.
+func (a *api) postConfig(w http.ResponseWriter, r *http.Request) {
+	data, err := configBody(w, r)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"message": err.Error()})
+		return
+	}
+	if err := a.g.Load(data, "admin"); err != nil {
+		var errs kongconf.Errors
+		if !errors.As(err, &errs) {
+			writeJSON(w, http.StatusInternalServerError, map[string]any{"message": err.Error()})
+			return
+		}
+		list := make([]fieldError, len(errs))
+		flat := map[string][]string{}
+		for i, fe := range errs {
+			list[i] = fieldError{fe.Path, fe.Msg}
+			key := fe.Path
+			if key == "" {
+				key = "@entity"
+			}
+			flat[key] = append(flat[key], fe.Msg)
+		}
+		writeJSON(w, http.StatusBadRequest, map[string]any{
+			"code":    14,
+			"name":    "invalid declarative configuration",
+			"message": "declarative config is invalid: " + summary(errs),
+			"errors":  list,
+			"fields":  flat,
+		})
+		return
+	}
+	st := a.g.Status()
+	writeJSON(w, http.StatusCreated, map[string]any{
+		"message":            "configuration applied",
+		"generation":         st.Generation,
+		"configuration_hash": st.ConfigHash,
+	})
+}
+
+func summary(errs kongconf.Errors) string {
+	parts := make([]string, len(errs))
+	for i, fe := range errs {
+		parts[i] = fe.Error()
+	}
+	return strings.Join(parts, "; ")
+}
+
+func configBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	r.Body = http.MaxBytesReader(w, r.Body, MaxConfigSize)
+	ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch ct {
+	case "multipart/form-data", "application/x-www-form-urlencoded":
+		if err := r.ParseMultipartForm(MaxConfigSize); err != nil && !errors.Is(err, http.ErrNotMultipart) {
+			return nil, errors.New("reading form: " + err.Error())
+		}
+		if f, _, err := r.FormFile("config"); err == nil {
+			defer f.Close()
+			return io.ReadAll(f)
+		}
+		if v := r.FormValue("config"); v != "" {
+			return []byte(v), nil
+		}
+		return nil, errors.New("missing form field 'config'")
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return nil, errors.New("reading body: " + err.Error())
+	}
+	if ct == "application/json" {
+		var wrapped struct {
+			Config *string `json:"config"`
+		}
+		if json.Unmarshal(body, &wrapped) == nil && wrapped.Config != nil {
+			return []byte(*wrapped.Config), nil
+		}
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return nil, errors.New("empty configuration")
+	}
+	return body, nil
+}
+
+func (a *api) getConfig(w http.ResponseWriter, r *http.Request) {
+	data, source, err := a.g.Config()
+	if errors.Is(err, gateway.ErrNoConfig) {
+		writeJSON(w, http.StatusNotFound, map[string]any{"message": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"config": string(data), "source": source})
+}
+
+// status answers 200 once a configuration serves, 503 before.
+func (a *api) status(w http.ResponseWriter, r *http.Request) {
+	st := a.g.Status()
+	code := http.StatusOK
+	if !st.Ready {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, map[string]any{
+		"configuration_hash": st.ConfigHash,
+		"server": map[string]any{
+			"connections_active": a.g.Inflight(),
+		},
+		"sluice": st,
+	})
+}
