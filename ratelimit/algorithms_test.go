@@ -1,6 +1,8 @@
 package ratelimit
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -107,4 +109,146 @@ func TestRetryAfterSliding(t *testing.T) {
 	if d2 := Apply(&r, cs); !d2.Allowed {
 		t.Fatalf("denied at RetryAfter %s", d.RetryAfter)
 	}
+}
+
+// normalize returns cs as of t0+now with no call made: windows rolled to
+// now, bucket TATs not before now. Two counters that normalize alike decide
+// every later call alike.
+func normalize(ls []Limit, cs []Counter, now time.Duration) []Counter {
+	out := slices.Clone(cs)
+	ns := at(now).UnixNano()
+	for i := range ls {
+		if ls[i].Algorithm == TokenBucket {
+			out[i].Start = max(out[i].Start, ns/int64(time.Microsecond))
+		} else {
+			roll(&out[i], &ls[i], ns/int64(time.Millisecond))
+		}
+	}
+	return out
+}
+
+// fuzzBytes hands out a fuzzer's bytes one at a time, then zeros.
+type fuzzBytes []byte
+
+func (b *fuzzBytes) next() int {
+	if len(*b) == 0 {
+		return 0
+	}
+	v := (*b)[0]
+	*b = (*b)[1:]
+	return int(v)
+}
+
+// FuzzApply drives Apply with random limits, costs and time steps and
+// checks what must hold whatever the input:
+//   - it never panics, and a decision has one state per limit;
+//   - an allowed call has no RetryAfter and no denying limit;
+//   - a cost above a limit's capacity is denied with RetryAfter InfDuration;
+//   - Remaining is within 0..Capacity;
+//   - a denied call without Penalty leaves every counter as it was;
+//   - a fixed window never admits more than Count in one window;
+//   - a token bucket never admits more than Burst + Count×T/Window in any
+//     interval T;
+//   - RetryAfter is exact: the same call is allowed RetryAfter later and
+//     denied a nanosecond before.
+func FuzzApply(f *testing.F) {
+	f.Add([]byte{1, 1, 3, 2, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, false)
+	f.Add([]byte{3, 0, 9, 1, 2, 1, 5, 3, 2, 7, 0, 4, 4, 1, 1, 0, 0, 8, 8}, true)
+	f.Add([]byte{2, 2, 4, 0, 7, 1, 0, 1, 200, 0, 0, 3, 3, 9, 9}, false)
+	windows := []time.Duration{time.Second, 2 * time.Second, time.Minute, 1500 * time.Millisecond, 7 * time.Millisecond}
+	steps := []time.Duration{0, 1, 7, 100, 999, 1000, 1001, 30_000, 60_000, 61_000}
+	f.Fuzz(func(t *testing.T, data []byte, penalty bool) {
+		b := fuzzBytes(data)
+		limits := make([]Limit, 1+b.next()%3)
+		for i := range limits {
+			limits[i] = Limit{
+				Algorithm: Algorithm(b.next() % 3),
+				Count:     int64(1 + b.next()%20),
+				Window:    windows[b.next()%len(windows)],
+			}
+			if limits[i].Algorithm == TokenBucket {
+				limits[i].Burst = int64(b.next() % 25)
+			}
+		}
+		cs := make([]Counter, len(limits))
+		type hit struct {
+			at   time.Duration
+			cost int64
+		}
+		admitted := make([][]hit, len(limits))
+		now := time.Duration(0)
+		for step := 0; len(b) > 0 && step < 64; step++ {
+			now += steps[b.next()%len(steps)] * time.Millisecond
+			cost := int64(b.next() % 7) // 0 means 1; 6 may exceed a capacity
+			r := Request{Key: "k", Limits: limits, Cost: cost, Now: at(now), Penalty: penalty}
+			if cost == 0 {
+				cost = 1
+			}
+			before := slices.Clone(cs)
+			d := Apply(&r, cs)
+			where := func() string { return fmt.Sprintf("step %d (t0+%s, cost %d, limits %v)", step, now, cost, limits) }
+			if d.Len() != len(limits) {
+				t.Fatalf("%s: %d states", where(), d.Len())
+			}
+			if d.Allowed && (d.RetryAfter != 0 || d.Denied != -1) {
+				t.Fatalf("%s: allowed with RetryAfter %s, Denied %d", where(), d.RetryAfter, d.Denied)
+			}
+			if !d.Allowed && !d.State(d.Denied).Exceeded {
+				t.Fatalf("%s: denied by limit %d, which is not exceeded", where(), d.Denied)
+			}
+			for i, l := range limits {
+				s := d.State(i)
+				if cost > l.Capacity() && (d.Allowed || d.RetryAfter != InfDuration) {
+					t.Fatalf("%s: cost above capacity %d gave %+v", where(), l.Capacity(), d)
+				}
+				if s.Remaining < 0 || s.Remaining > l.Capacity() {
+					t.Fatalf("%s: limit %d Remaining %d outside 0..%d", where(), i, s.Remaining, l.Capacity())
+				}
+			}
+			if !d.Allowed && !penalty && !slices.Equal(normalize(limits, before, now), normalize(limits, cs, now)) {
+				t.Fatalf("%s: denied call changed counters %v to %v", where(), before, cs)
+			}
+			if d.Allowed {
+				for i := range limits {
+					admitted[i] = append(admitted[i], hit{now, cost})
+				}
+			}
+			if !d.Allowed && d.RetryAfter != InfDuration {
+				probe := func(after time.Duration) bool {
+					r := r
+					r.Now = at(now + after)
+					return Apply(&r, slices.Clone(cs)).Allowed
+				}
+				if !probe(d.RetryAfter) {
+					t.Fatalf("%s: denied %s later, though RetryAfter said so", where(), d.RetryAfter)
+				}
+				if probe(d.RetryAfter - 1) {
+					t.Fatalf("%s: already allowed 1ns before RetryAfter %s", where(), d.RetryAfter)
+				}
+			}
+		}
+		for i, l := range limits {
+			hs := admitted[i]
+			switch l.Algorithm {
+			case FixedWindow:
+				per := map[int64]int64{}
+				for _, h := range hs {
+					w := at(h.at).UnixMilli() / l.Window.Milliseconds()
+					if per[w] += h.cost; per[w] > l.Count {
+						t.Fatalf("fixed %s admitted %d in one window", l, per[w])
+					}
+				}
+			case TokenBucket:
+				for a := range hs {
+					var sum int64
+					for z := a; z < len(hs); z++ {
+						sum += hs[z].cost
+						if bound := l.Capacity() + l.Count*int64(hs[z].at-hs[a].at)/int64(l.Window); sum > bound {
+							t.Fatalf("bucket %s admitted %d within %s, bound %d", l, sum, hs[z].at-hs[a].at, bound)
+						}
+					}
+				}
+			}
+		}
+	})
 }
