@@ -139,7 +139,7 @@ func NewAdvanced(cfg *AdvancedConfig, reg *Registry) (*Advanced, error) {
 	if c.SyncRate != nil {
 		syncRate = *c.SyncRate
 	}
-	a.storeKey, a.store, err = reg.storeFor(c.Namespace, c.Strategy, syncRate, &c.Redis, windows)
+	a.storeKey, a.store, err = reg.storeFor(c.Namespace, c.Strategy, syncRate, &c.Redis, windows, false)
 	if err != nil {
 		return nil, fmt.Errorf("policy: building %s store of namespace %q: %w", c.Strategy, c.Namespace, err)
 	}

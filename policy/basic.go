@@ -105,7 +105,13 @@ func NewBasic(cfg *BasicConfig, scope Scope, reg *Registry) (*Basic, error) {
 	b.headers = newHeaderPlan(names, titles, limits, secs)
 	var err error
 	rc := c.Redis.redisConfig()
-	b.storeKey, b.store, err = reg.storeFor(basicNamespace, c.Policy, c.SyncRate, &rc, windows)
+	// The OSS plugin's sync_rate -1 sends every request to Redis: the
+	// store's synchronous mode (0); a positive value batches.
+	syncRate := c.SyncRate
+	if syncRate < 0 {
+		syncRate = 0
+	}
+	b.storeKey, b.store, err = reg.storeFor(basicNamespace, c.Policy, syncRate, &rc, windows, true)
 	if err != nil {
 		return nil, fmt.Errorf("policy: building %s store for rate-limiting: %w", c.Policy, err)
 	}

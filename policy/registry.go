@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	mrand "math/rand/v2"
 	"strconv"
 	"sync"
@@ -25,9 +26,10 @@ import (
 type Registry struct {
 	opts RegistryOptions
 
-	mu     sync.Mutex
-	stores map[storeKey]*storeEntry
-	closed bool
+	mu      sync.Mutex
+	stores  map[storeKey]*storeEntry
+	clients map[string]*redisClient // by Redis config fingerprint
+	closed  bool
 
 	pins pinTable
 
@@ -50,6 +52,14 @@ type RegistryOptions struct {
 	// Rand returns a uniform number in [0, 1) for the Retry-After jitter.
 	// Nil means math/rand/v2's Float64. It must be safe for concurrent use.
 	Rand func() float64
+	// RedisCallerClock makes the default Redis stores decide with
+	// Request.Now instead of Redis' TIME (one clock for every node, the
+	// default). Tests with an injected clock set it. The OSS plugin's
+	// stores always use the caller's clock (its calendar periods need it).
+	RedisCallerClock bool
+	// Logger receives the default Redis stores' state changes (fallback to
+	// local counters and back); nil discards them.
+	Logger *slog.Logger
 }
 
 // RedisStoreConfig is what a Redis store of one namespace is built from.
@@ -62,6 +72,9 @@ type RedisStoreConfig struct {
 	// Windows are the window sizes the namespace uses (plugin windows and
 	// override windows), for stores that fetch whole windows.
 	Windows []time.Duration
+	// CallerClock asks the store to decide with Request.Now rather than a
+	// server clock.
+	CallerClock bool
 }
 
 type storeKey struct {
@@ -78,7 +91,8 @@ type storeEntry struct {
 func NewRegistry(opts RegistryOptions) *Registry {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+).
-	r := &Registry{opts: opts, stores: make(map[storeKey]*storeEntry), leasePrefix: hex.EncodeToString(b) + "-"}
+	r := &Registry{opts: opts, stores: make(map[storeKey]*storeEntry), clients: make(map[string]*redisClient),
+		leasePrefix: hex.EncodeToString(b) + "-"}
 	if r.opts.Rand == nil {
 		r.opts.Rand = mrand.Float64
 	}
@@ -146,11 +160,19 @@ func (r *Registry) Close() error {
 			errs = append(errs, fmt.Errorf("policy: closing store of namespace %q: %w", k.namespace, err))
 		}
 	}
+	// Stores built by the default Redis factory gave their clients back
+	// while closing; close any a failed build left behind.
+	r.mu.Lock()
+	for fp, c := range r.clients {
+		c.c.Close()
+		delete(r.clients, fp)
+	}
+	r.mu.Unlock()
 	return errors.Join(errs...)
 }
 
 // storeFor returns the store of a namespace with the given strategy.
-func (r *Registry) storeFor(namespace, strategy string, syncRate float64, redis *RedisConfig, windows []time.Duration) (storeKey, ratelimit.Store, error) {
+func (r *Registry) storeFor(namespace, strategy string, syncRate float64, redis *RedisConfig, windows []time.Duration, callerClock bool) (storeKey, ratelimit.Store, error) {
 	switch strategy {
 	case StrategyLocal, StrategyCluster:
 		k := storeKey{namespace: namespace, backend: StrategyLocal}
@@ -164,11 +186,11 @@ func (r *Registry) storeFor(namespace, strategy string, syncRate float64, redis 
 	case StrategyRedis:
 		k := storeKey{namespace: namespace, backend: "redis " + redisFingerprint(redis) + " sync " + strconv.FormatFloat(syncRate, 'g', -1, 64)}
 		s, err := r.acquire(k, func() (ratelimit.Store, error) {
-			cfg := RedisStoreConfig{Namespace: namespace, Redis: *redis, SyncRate: syncRate, Windows: windows}
+			cfg := RedisStoreConfig{Namespace: namespace, Redis: *redis, SyncRate: syncRate, Windows: windows, CallerClock: callerClock}
 			if r.opts.NewRedisStore != nil {
 				return r.opts.NewRedisStore(cfg)
 			}
-			return newDefaultRedisStore(cfg)
+			return r.newDefaultRedisStore(cfg)
 		})
 		return k, s, err
 	}

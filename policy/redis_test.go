@@ -1,0 +1,83 @@
+package policy
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/seed-008287da/sluice/internal/testservers"
+)
+
+func redisConfigJSON(srv *testservers.RedisServer) string {
+	return `"redis":{"host":"127.0.0.1","port":` + strconv.Itoa(srv.Port()) + `}`
+}
+
+// Two nodes (registries) on one real Redis share a namespace's counters in
+// synchronous mode, and two namespaces on one Redis share one client.
+func TestRedisStrategySharedAcrossNodes(t *testing.T) {
+	srv := testservers.Redis(t, testservers.RedisOptions{})
+	cfg := `{"limit":[3],"window_size":[60],"window_type":"fixed","namespace":"orders","identifier":"ip","strategy":"redis","sync_rate":0,` + redisConfigJSON(srv) + `}`
+	nodeA := newRegistry(t, RegistryOptions{RedisCallerClock: true})
+	nodeB := newRegistry(t, RegistryOptions{RedisCallerClock: true})
+	a := newAdvanced(t, nodeA, cfg)
+	b := newAdvanced(t, nodeB, cfg)
+	runCalls(t, a, []call{{t: time.Second, repeat: 2, allowed: true, headers: want{"X-RateLimit-Remaining-minute": "0"}}})
+	runCalls(t, b, []call{{t: 2 * time.Second, allowed: false, headers: want{"Retry-After": "58"}}})
+
+	other := newAdvanced(t, nodeA, `{"limit":[3],"window_size":[60],"namespace":"other","strategy":"redis","sync_rate":0,`+redisConfigJSON(srv)+`}`)
+	runCalls(t, other, []call{{t: 2 * time.Second, allowed: true}})
+	nodeA.mu.Lock()
+	clients := len(nodeA.clients)
+	nodeA.mu.Unlock()
+	if clients != 1 {
+		t.Errorf("%d redis clients for two namespaces on one redis, want 1", clients)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	nodeA.mu.Lock()
+	clients = len(nodeA.clients)
+	nodeA.mu.Unlock()
+	if clients != 0 {
+		t.Errorf("%d redis clients after every store closed, want 0", clients)
+	}
+}
+
+// Redis unreachable: requests are still decided, with local counters and
+// headers, never failed (spec §2.9).
+func TestRedisDownFallsBackToLocal(t *testing.T) {
+	srv := testservers.Redis(t, testservers.RedisOptions{})
+	a := newAdvanced(t, newRegistry(t, RegistryOptions{RedisCallerClock: true}),
+		`{"limit":[2],"window_size":[60],"window_type":"fixed","namespace":"n","identifier":"ip","strategy":"redis","sync_rate":0,`+redisConfigJSON(srv)+`}`)
+	runCalls(t, a, []call{{t: time.Second, allowed: true}})
+	srv.Stop()
+	for i, wantAllowed := range []bool{true, true, false} {
+		r := Request{ClientIP: "10.0.0.9", Now: at(2 * time.Second)}
+		res, err := a.Check(context.Background(), &r)
+		if err != nil {
+			t.Fatalf("call %d with redis down: %v", i, err)
+		}
+		if res.Allowed != wantAllowed || len(res.Headers) == 0 {
+			t.Fatalf("call %d with redis down: %+v, want allowed %v with headers", i, res, wantAllowed)
+		}
+	}
+}
+
+// The OSS plugin on real Redis: sync_rate -1 is synchronous, so two nodes
+// share counts, and rejected requests are counted (Kong increments first).
+func TestBasicRedisPolicy(t *testing.T) {
+	srv := testservers.Redis(t, testservers.RedisOptions{})
+	cfg := `{"minute":2,"policy":"redis","limit_by":"ip",` + redisConfigJSON(srv) + `}`
+	a := newBasic(t, newRegistry(t, RegistryOptions{}), cfg, Scope{})
+	b := newBasic(t, newRegistry(t, RegistryOptions{}), cfg, Scope{})
+	runCalls(t, a, []call{{t: time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-Minute": "1"}}})
+	runCalls(t, b, []call{
+		{t: 2 * time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-Minute": "0"}},
+		{t: 3 * time.Second, allowed: false},
+	})
+	runCalls(t, a, []call{{t: 61 * time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-Minute": "1"}}})
+}
