@@ -393,3 +393,28 @@ func TestExtensions(t *testing.T) {
 		t.Errorf("shadow results %+v", res)
 	}
 }
+
+// §6.1: the alphabetically first group with an instance runs.
+func TestSelectScopeGroup(t *testing.T) {
+	groups := []Group{{ID: "3", Name: "silver"}, {ID: "1", Name: "gold"}, {ID: "2", Name: "bronze"}}
+	has := func(g Group) bool { return g.Name != "bronze" }
+	if g, ok := SelectScopeGroup(groups, has); !ok || g.Name != "gold" {
+		t.Errorf("selected %+v, %v; want gold", g, ok)
+	}
+	if _, ok := SelectScopeGroup(groups, func(Group) bool { return false }); ok {
+		t.Error("selected a group without instances")
+	}
+}
+
+// §2.4 step 5, recommended deviation: with disable_penalty a rejection
+// takes back only the increments it made; a later window that was only
+// read keeps its count (Kong would subtract from it too).
+func TestPenaltyUndoOnlyOwnIncrements(t *testing.T) {
+	a := newAdvanced(t, newRegistry(t, RegistryOptions{}), `{"limit":[1,10],"window_size":[1,60],"namespace":"n","disable_penalty":true}`)
+	runCalls(t, a, []call{
+		{t: 0, allowed: true, headers: want{"X-RateLimit-Remaining-minute": "9"}},
+		{t: 100 * time.Millisecond, allowed: false, headers: want{"X-RateLimit-Remaining-second": "0", "X-RateLimit-Remaining-minute": "9"}},
+		// The minute holds the two admitted requests only.
+		{t: 2 * time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-minute": "8"}},
+	})
+}
