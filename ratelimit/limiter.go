@@ -100,7 +100,9 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
 		if wait <= 0 {
 			wait = time.Millisecond // another caller took the slot first
 		}
-		if dl, ok := ctx.Deadline(); ok && now.Add(wait).After(dl) {
+		// A wait ending at the deadline itself would race the context's
+		// expiry, so it is refused too.
+		if dl, ok := ctx.Deadline(); ok && !now.Add(wait).Before(dl) {
 			return fmt.Errorf("ratelimit: wait of %s for %q would exceed the context deadline", wait, key)
 		}
 		if timer == nil {
