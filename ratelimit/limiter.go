@@ -68,8 +68,8 @@ func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(c
 // WaitN blocks until a call of cost n for key is allowed, and takes it. It
 // returns an error, without waiting, when n exceeds a limit's capacity
 // (wrapping ErrCostExceedsLimit) or when the wait the store announces would
-// reach or pass ctx's deadline; it returns ctx.Err() if ctx ends while waiting. It
-// never sleeps past the deadline.
+// reach or pass ctx's deadline; it returns ctx.Err() if ctx ends while
+// waiting. It never sleeps past the deadline.
 //
 // Each attempt is a real call to the store, so with Penalty set a waiting
 // caller's attempts are counted like any other denied call.
