@@ -5,6 +5,9 @@ import (
 	"crypto/sha1"
 	"embed"
 	"encoding/hex"
+	"errors"
+	"io"
+	"syscall"
 
 	"github.com/redis/rueidis"
 )
@@ -51,13 +54,25 @@ func isNoScript(err error) bool {
 	return ok && e.IsNoScript()
 }
 
+// staleConn reports an error of a connection that died before the call
+// (the server restarted or failed over since it was used): the command
+// never ran, so it is safe to send once more on a fresh connection.
+func staleConn(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
 // exec runs the script once. It reports the number of round trips made.
 func (sc *script) exec(ctx context.Context, rc rueidis.Client, keys, args []string) (rueidis.RedisResult, int) {
 	res := rc.Do(ctx, sc.evalsha(rc, keys, args))
-	if isNoScript(res.Error()) {
-		return rc.Do(ctx, sc.eval(rc, keys, args)), 2
+	trips := 1
+	if staleConn(res.Error()) {
+		res = rc.Do(ctx, sc.evalsha(rc, keys, args))
+		trips++
 	}
-	return res, 1
+	if isNoScript(res.Error()) {
+		return rc.Do(ctx, sc.eval(rc, keys, args)), trips + 1
+	}
+	return res, trips
 }
 
 // call is one execution of a script in a pipeline.
@@ -74,6 +89,11 @@ func (sc *script) execMulti(ctx context.Context, rc rueidis.Client, calls []call
 		cmds[i] = sc.evalsha(rc, c.keys, c.args)
 	}
 	res := rc.DoMulti(ctx, cmds...)
+	trips := 1
+	if len(res) > 0 && staleConn(res[0].Error()) {
+		res = rc.DoMulti(ctx, cmds...)
+		trips++
+	}
 	var again []int
 	for i, r := range res {
 		if isNoScript(r.Error()) {
@@ -81,7 +101,7 @@ func (sc *script) execMulti(ctx context.Context, rc rueidis.Client, calls []call
 		}
 	}
 	if len(again) == 0 {
-		return res, 1
+		return res, trips
 	}
 	cmds = cmds[:0]
 	for _, i := range again {
@@ -90,5 +110,5 @@ func (sc *script) execMulti(ctx context.Context, rc rueidis.Client, calls []call
 	for j, r := range rc.DoMulti(ctx, cmds...) {
 		res[again[j]] = r
 	}
-	return res, 2
+	return res, trips + 1
 }

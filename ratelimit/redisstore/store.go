@@ -79,7 +79,8 @@ type Options struct {
 	// switch the store to local counters; zero means 1.
 	FailureThreshold int
 	// Cooldown is how long the store keeps away from a failed Redis before
-	// one call probes it again; zero means 1 s.
+	// one call probes it again; zero means 1 s, or SyncRate when SyncRate
+	// is positive (every cycle probes).
 	Cooldown time.Duration
 
 	// Logger receives one line per state change; nil discards them.
@@ -129,6 +130,11 @@ func New(c *Client, opts Options) (*Store, error) {
 	}
 	if opts.Cooldown <= 0 {
 		opts.Cooldown = time.Second
+		if opts.SyncRate > 0 {
+			// A cycle is one pipeline per SyncRate: probing on every cycle
+			// does not hammer Redis, and resyncs within one interval.
+			opts.Cooldown = opts.SyncRate
+		}
 	}
 	if opts.Prefix == "" {
 		opts.Prefix = "sluice"
@@ -296,11 +302,7 @@ func (s *Store) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Decisi
 func (s *Store) unavailable(now time.Time, err error) bool {
 	s.redisErrors.Add(1)
 	var re *rueidis.RedisError
-	if errors.As(err, &re) && !transient(re) {
-		s.br.success()
-		return false
-	}
-	if errors.Is(err, ErrBadReply) {
+	if errors.As(err, &re) && !transient(re) || errors.Is(err, ErrBadReply) {
 		s.br.success()
 		return false
 	}
@@ -374,7 +376,7 @@ func (s *Store) takeRedis(ctx context.Context, r *ratelimit.Request) (ratelimit.
 	s.redisCalls.Add(uint64(trips))
 	vals, err := res.ToArray()
 	if err != nil {
-		return ratelimit.Decision{}, fmt.Errorf("redisstore: running take.lua: %w", err)
+		return ratelimit.Decision{}, replyErr("take.lua", err)
 	}
 	if len(vals) != 2+3*n {
 		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua returned %d values, want %d", ErrBadReply, len(vals), 2+3*n)
@@ -398,6 +400,18 @@ func (s *Store) takeRedis(ctx context.Context, r *ratelimit.Request) (ratelimit.
 	}
 	s.local.put(r, cs)
 	return d, nil
+}
+
+// replyErr wraps the error of a call. An error Redis answered that is not
+// about availability (WRONGTYPE, NOPERM, a script error) wraps ErrBadReply;
+// anything else (timeouts, refused connections, LOADING...) stays as it is
+// for unavailable to classify.
+func replyErr(what string, err error) error {
+	var re *rueidis.RedisError
+	if errors.As(err, &re) && !transient(re) {
+		return fmt.Errorf("%w: running %s: %w", ErrBadReply, what, err)
+	}
+	return fmt.Errorf("redisstore: running %s: %w", what, err)
 }
 
 // int64s converts an array reply of integers.
@@ -454,7 +468,7 @@ func (s *Store) acquireRedis(ctx context.Context, r *ratelimit.LeaseRequest) (ra
 	s.redisCalls.Add(uint64(trips))
 	vals, err := res.ToArray()
 	if err != nil {
-		return ratelimit.Lease{}, fmt.Errorf("redisstore: running acquire.lua: %w", err)
+		return ratelimit.Lease{}, replyErr("acquire.lua", err)
 	}
 	if len(vals) != 4 {
 		return ratelimit.Lease{}, fmt.Errorf("%w: acquire.lua returned %d values, want 4", ErrBadReply, len(vals))
@@ -496,10 +510,11 @@ func (s *Store) Release(ctx context.Context, key, id string) error {
 		s.br.success()
 		return nil
 	}
+	err = replyErr("ZREM", err)
 	if s.unavailable(time.Now(), err) {
 		return nil
 	}
-	return fmt.Errorf("redisstore: releasing lease: %w", err)
+	return err
 }
 
 // Stats are counters of a store's activity since New, for export as

@@ -146,7 +146,9 @@ func (s *Store) Sync(ctx context.Context, now time.Time) error {
 	var firstErr error
 	for i, r := range res {
 		vals, err := r.ToArray()
-		if err == nil && len(vals) != 3 {
+		if err != nil {
+			err = replyErr("sync.lua", err)
+		} else if len(vals) != 3 {
 			err = fmt.Errorf("%w: sync.lua returned %d values, want 3", ErrBadReply, len(vals))
 		}
 		var v []int64
@@ -165,7 +167,7 @@ func (s *Store) Sync(ctx context.Context, now time.Time) error {
 	}
 	if firstErr != nil {
 		s.unavailable(now, firstErr)
-		return fmt.Errorf("redisstore: sync cycle: %w", firstErr)
+		return firstErr
 	}
 	s.br.success()
 	s.syncs.Add(1)

@@ -1,0 +1,130 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seed-008287da/sluice/ratelimit"
+	"github.com/seed-008287da/sluice/ratelimit/ratelimittest"
+)
+
+const (
+	nodes      = 4  // independent stores, as four gateway nodes
+	goroutines = 64 // callers per node
+)
+
+// hammer runs calls(i) from nodes x goroutines callers at once and returns
+// how many were allowed. Any error fails the test.
+func hammer(t *testing.T, stores []*Store, perCaller int, call func(s *Store, g, i int) (bool, error)) int64 {
+	t.Helper()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, len(stores)*goroutines)
+	for n, s := range stores {
+		for g := range goroutines {
+			wg.Go(func() {
+				for i := range perCaller {
+					ok, err := call(s, n*goroutines+g, i)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if ok {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	return admitted.Load()
+}
+
+func exactness(t *testing.T, c *Client) {
+	stores := make([]*Store, nodes)
+	for i := range stores {
+		stores[i] = newStore(t, c, Options{Namespace: "exact", CallerClock: true, ManualSync: true, Timeout: 5 * time.Second})
+	}
+	ctx := context.Background()
+
+	t.Run("FixedWindow", func(t *testing.T) {
+		lim := []ratelimit.Limit{ratelimit.PerMinute(1000).Fixed()}
+		for w := range 3 { // three windows, each hammered at one instant inside it
+			now := ratelimittest.At(time.Duration(w)*time.Minute + 30*time.Second)
+			got := hammer(t, stores, 6, func(s *Store, _, _ int) (bool, error) {
+				d, err := s.Take(ctx, ratelimit.Request{Key: "fixed", Limits: lim, Now: now})
+				return d.Allowed, err
+			})
+			if got != 1000 {
+				t.Fatalf("window %d: %d admitted of %d calls, want exactly 1000", w, got, nodes*goroutines*6)
+			}
+		}
+	})
+
+	t.Run("TokenBucket", func(t *testing.T) {
+		// 100 per second, burst 50: a full bucket admits 50; every 100 ms
+		// later it has refilled exactly 10.
+		lim := []ratelimit.Limit{ratelimit.PerSecond(100).TokenBucket(50)}
+		want := []int64{50, 10, 10, 10}
+		for p, w := range want {
+			now := ratelimittest.At(time.Hour + time.Duration(p)*100*time.Millisecond)
+			got := hammer(t, stores, 1, func(s *Store, _, _ int) (bool, error) {
+				d, err := s.Take(ctx, ratelimit.Request{Key: "bucket", Limits: lim, Now: now})
+				return d.Allowed, err
+			})
+			if got != w {
+				t.Fatalf("phase %d: %d admitted, want %d", p, got, w)
+			}
+		}
+	})
+
+	t.Run("Concurrency", func(t *testing.T) {
+		const maxLeases = 10
+		var live, peak, granted atomic.Int64
+		now := ratelimittest.At(2 * time.Hour)
+		hammer(t, stores, 4, func(s *Store, g, i int) (bool, error) {
+			id := strconv.Itoa(g) + "/" + strconv.Itoa(i)
+			l, err := s.Acquire(ctx, ratelimit.LeaseRequest{Key: "conc", ID: id, Max: maxLeases, TTL: time.Minute, Now: now})
+			if err != nil || !l.Allowed {
+				return false, err
+			}
+			granted.Add(1)
+			n := live.Add(1)
+			for {
+				p := peak.Load()
+				if n <= p || peak.CompareAndSwap(p, n) {
+					break
+				}
+			}
+			if l.Active > maxLeases {
+				t.Errorf("Active = %d, above Max %d", l.Active, maxLeases)
+			}
+			live.Add(-1)
+			return true, s.Release(ctx, "conc", id)
+		})
+		if p := peak.Load(); p > maxLeases || p < 1 {
+			t.Fatalf("peak live holders %d, want 1..%d", p, maxLeases)
+		}
+		if granted.Load() < maxLeases {
+			t.Fatalf("only %d leases granted", granted.Load())
+		}
+	})
+}
+
+func TestExactnessStandalone(t *testing.T) {
+	_, c := standalone(t)
+	exactness(t, c)
+}
+
+func TestExactnessCluster(t *testing.T) {
+	_, c := cluster(t)
+	exactness(t, c)
+}

@@ -1,0 +1,278 @@
+package redisstore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/seed-008287da/sluice/internal/testservers"
+	"github.com/seed-008287da/sluice/ratelimit"
+	"github.com/seed-008287da/sluice/ratelimit/ratelimittest"
+)
+
+// transitions records state changes.
+type transitions struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (tr *transitions) record(from, to State, _ error) {
+	tr.mu.Lock()
+	tr.got = append(tr.got, from.String()+">"+to.String())
+	tr.mu.Unlock()
+}
+
+func (tr *transitions) String() string {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return strings.Join(tr.got, " ")
+}
+
+func take(t *testing.T, s *Store, r ratelimit.Request) ratelimit.Decision {
+	t.Helper()
+	d, err := s.Take(context.Background(), r)
+	if err != nil {
+		t.Fatalf("Take at %s: %v", r.Now.Sub(ratelimittest.T0), err)
+	}
+	return d
+}
+
+func TestLossAndReturnSynchronous(t *testing.T) {
+	srv, c := standalone(t)
+	var tr transitions
+	var logs bytes.Buffer
+	s := newStore(t, c, Options{
+		Namespace: "loss", CallerClock: true, ManualSync: true,
+		Cooldown: time.Second, OnStateChange: tr.record,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	})
+	now := ratelimittest.At(time.Second)
+	r := ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{ratelimit.PerMinute(10).Fixed()}, Now: now}
+	for range 6 {
+		if !take(t, s, r).Allowed {
+			t.Fatal("denied while under the limit")
+		}
+	}
+	// 7 round trips: the first call met a server without the script.
+	if st := s.Stats(); st.RedisCalls != 7 || st.State != StateConnected {
+		t.Fatalf("stats %+v, want 7 round trips, connected", st)
+	}
+
+	srv.Stop()
+	// The next decisions are local, starting from the last totals Redis
+	// returned: 4 more pass, the 11th is denied; no error reaches the
+	// caller and only the first call tries Redis.
+	for i := range 4 {
+		r.Now = now.Add(time.Duration(i+1) * time.Millisecond)
+		if !take(t, s, r).Allowed {
+			t.Fatalf("local call %d denied", i)
+		}
+	}
+	r.Now = now.Add(10 * time.Millisecond)
+	if take(t, s, r).Allowed {
+		t.Fatal("11th call allowed: the fallback lost the counts")
+	}
+	st := s.Stats()
+	if st.State != StateFallback || st.RedisCalls > 9 || st.LocalDecisions != 5 {
+		t.Fatalf("stats %+v, want fallback after one failed call and 5 local decisions", st)
+	}
+	if got := tr.String(); got != "connected>fallback" {
+		t.Fatalf("transitions %q", got)
+	}
+
+	srv.Restart(t)
+	// Within the cool-down Redis is left alone.
+	r.Now = now.Add(time.Second)
+	calls := s.Stats().RedisCalls
+	take(t, s, r)
+	if st := s.Stats(); st.RedisCalls != calls {
+		t.Fatalf("%d calls during the cool-down, want none", st.RedisCalls-calls)
+	}
+	// After it one probe reaches the restarted (empty) server and the
+	// store is connected again: Redis' count rules.
+	r.Now = now.Add(time.Second + 10*time.Millisecond)
+	d := take(t, s, r)
+	if !d.Allowed || d.State(0).Remaining != 9 {
+		t.Fatalf("after return: allowed %v remaining %d, want Redis' fresh count (9 left)", d.Allowed, d.State(0).Remaining)
+	}
+	if st := s.Stats(); st.State != StateConnected {
+		t.Fatalf("state %s after a successful probe", st.State)
+	}
+	if got := tr.String(); got != "connected>fallback fallback>probing probing>connected" {
+		t.Fatalf("transitions %q", got)
+	}
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "unavailable") || !strings.Contains(lines[1], "available again") {
+		t.Fatalf("log lines:\n%s\nwant one for the loss and one for the return", logs.String())
+	}
+}
+
+func TestDeadlineBoundsEachCall(t *testing.T) {
+	// A server that accepts connections but never answers (stopped with
+	// SIGSTOP would need signals; a listener that never reads does the
+	// same): the call ends at Options.Timeout, not the client's 2 s read
+	// timeout, and the decision is local.
+	srv, c := standalone(t)
+	s := newStore(t, c, Options{Namespace: "deadline", CallerClock: true, ManualSync: true, Timeout: 50 * time.Millisecond})
+	r := ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{ratelimit.PerMinute(10)}, Now: ratelimittest.At(0)}
+	take(t, s, r)
+	srv.Do(t, "CLIENT", "PAUSE", "3000", "ALL")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	d, err := s.Take(ctx, r)
+	if err != nil || !d.Allowed {
+		t.Fatalf("Take during a paused server: allowed=%v err=%v", d.Allowed, err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the call outlived the caller's deadline")
+	}
+	if st := s.Stats(); st.State != StateFallback || st.LocalDecisions != 1 {
+		t.Fatalf("stats %+v, want one local decision in fallback", st)
+	}
+}
+
+func TestPeriodicSync(t *testing.T) {
+	srv, c := standalone(t)
+	opts := Options{Namespace: "periodic", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	a, b := newStore(t, c, opts), newStore(t, c, opts)
+	ctx := context.Background()
+	now := ratelimittest.At(5 * time.Second)
+	r := ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{ratelimit.PerMinute(10).Fixed()}, Now: now}
+	for range 4 {
+		take(t, a, r)
+	}
+	for range 3 {
+		take(t, b, r)
+	}
+	if st := a.Stats(); st.RedisCalls != 0 {
+		t.Fatalf("%d Redis calls before any cycle, want 0", st.RedisCalls)
+	}
+	for _, s := range []*Store{a, b, a} {
+		if err := s.Sync(ctx, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := a.counterKey("k", r.Limits[0].CounterID())
+	if got := srv.Do(t, "HGET", key, "c"); got != "7" {
+		t.Fatalf("Redis count %v, want 7", got)
+	}
+	for name, s := range map[string]*Store{"a": a, "b": b} {
+		if d := take(t, s, r); d.State(0).Remaining != 2 {
+			t.Fatalf("node %s: remaining %d after sync, want 2 (7 counted by both nodes, plus this call)", name, d.State(0).Remaining)
+		}
+	}
+	// Three round trips for two cycles: the first met a server without
+	// the script and sent it.
+	if st := a.Stats(); st.RedisCalls != 3 || st.SyncCycles != 2 {
+		t.Fatalf("node a stats %+v: want one pipeline per cycle", st)
+	}
+}
+
+func TestPeriodicLossAndReturn(t *testing.T) {
+	srv, c := standalone(t)
+	var tr transitions
+	opts := Options{Namespace: "periodic-loss", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond, OnStateChange: tr.record}
+	a, b := newStore(t, c, opts), newStore(t, c, opts)
+	ctx := context.Background()
+	now := ratelimittest.At(7 * time.Second)
+	r := ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{ratelimit.PerMinute(100).Fixed()}, Now: now}
+	take(t, a, r)
+	if err := a.Sync(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	take(t, a, r) // counted locally, its push fails below
+	if err := a.Sync(ctx, now.Add(100*time.Millisecond)); err == nil {
+		t.Fatal("sync against a stopped server succeeded")
+	}
+	if d := take(t, a, r); !d.Allowed || d.State(0).Remaining != 97 {
+		t.Fatalf("local decision during the outage: %v remaining %d, want 97", d.Allowed, d.State(0).Remaining)
+	}
+	srv.Restart(t)
+	take(t, b, r)
+	// The first cycle after the cool-down (one sync interval) probes,
+	// pushes what is waiting and pulls the totals.
+	for _, s := range []*Store{a, b, a} {
+		if err := s.Sync(ctx, now.Add(200*time.Millisecond)); err != nil {
+			t.Fatalf("sync after restart: %v", err)
+		}
+	}
+	key := a.counterKey("k", r.Limits[0].CounterID())
+	if got := srv.Do(t, "HGET", key, "c"); got != "2" {
+		t.Fatalf("Redis count after return %v, want 2 (one hit of each node since the failed cycle)", got)
+	}
+	if got := tr.String(); got != "connected>fallback fallback>probing probing>connected" {
+		t.Fatalf("node a transitions %q", got)
+	}
+}
+
+func TestSentinelFailover(t *testing.T) {
+	sg := testservers.Sentinel(t)
+	var nodes []Addr
+	for _, a := range sg.Addrs() {
+		h, p := splitAddr(t, a)
+		nodes = append(nodes, Addr{h, p})
+	}
+	c := dial(t, Config{SentinelMaster: sg.MasterName, SentinelNodes: nodes})
+	s := newStore(t, c, Options{Namespace: "failover", Cooldown: 50 * time.Millisecond})
+	lim := []ratelimit.Limit{ratelimit.PerSecond(1_000_000)}
+	var stop atomic.Bool
+	var calls atomic.Int64
+	errs := make(chan error, 8)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for !stop.Load() {
+				d, err := s.Take(context.Background(), ratelimit.Request{Key: fmt.Sprint("g", g), Limits: lim})
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !d.Allowed {
+					errs <- errors.New("denied far below the limit")
+					return
+				}
+				calls.Add(1)
+			}
+		})
+	}
+	defer func() { stop.Store(true); wg.Wait() }()
+	waitUntil(t, "decisions through redis", func() bool { return s.Stats().RedisCalls > 100 })
+	old := sg.MasterAddr(t)
+	sg.KillMaster(t)
+	newMaster := sg.WaitFailover(t, old)
+	if newMaster != sg.Replica.Addr() {
+		t.Fatalf("new master %s, want the replica %s", newMaster, sg.Replica.Addr())
+	}
+	key := s.counterKey("g0", lim[0].CounterID())
+	waitUntil(t, "decisions on the new master", func() bool {
+		return s.Stats().State == StateConnected && sg.Replica.Do(t, "EXISTS", key) == int64(1)
+	})
+	before := calls.Load()
+	waitUntil(t, "load continuing", func() bool { return calls.Load() > before+100 })
+	stop.Store(true)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("a caller saw an error during failover: %v", err)
+	}
+}
+
+// waitUntil polls cond with a bounded deadline.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached within 60s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
