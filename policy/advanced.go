@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/seed-008287da/sluice/ratelimit"
@@ -88,6 +89,18 @@ func NewAdvanced(cfg *AdvancedConfig, reg *Registry) (*Advanced, error) {
 	}
 	if c.ErrorCode < 100 || c.ErrorCode > 999 {
 		d.fail(pathConfig+".error_code", "error_code must be a whole HTTP status between 100 and 999")
+	}
+	if c.WindowType != WindowSliding && c.WindowType != WindowFixed {
+		d.fail(pathConfig+".window_type", enumMessage([]string{WindowSliding, WindowFixed}))
+	}
+	if c.Strategy != StrategyLocal && c.Strategy != StrategyRedis && c.Strategy != StrategyCluster {
+		d.fail(pathConfig+".strategy", enumMessage([]string{StrategyLocal, StrategyRedis, StrategyCluster}))
+	}
+	for _, id := range append([]Identifier{c.Identifier}, c.CompoundIdentifier...) {
+		if !slices.Contains(identifierNames, string(id)) {
+			d.fail(pathConfig+".identifier", enumMessage(identifierNames))
+			break
+		}
 	}
 	if c.Throttling.Enabled && (c.Throttling.Interval <= 0 || c.Throttling.RetryTimes <= 0 || c.Throttling.QueueLimit <= 0) {
 		d.fail(pathConfig+".throttling", "interval, retry_times and queue_limit must be greater than 0")

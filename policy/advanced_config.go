@@ -365,9 +365,6 @@ func validateAdvanced(d *decoder, c *AdvancedConfig) {
 	} else if c.SyncRate == nil {
 		d.fail(p+"sync_rate", msgSyncNeeded)
 	}
-	if c.DictionaryName == "" {
-		d.fail(p+"dictionary_name", "missing shared dict ''")
-	}
 	if c.Identifier == ByHeader && c.HeaderName == nil {
 		d.fail(p+"header_name", msgNoHeader)
 	}

@@ -418,3 +418,13 @@ func TestPenaltyUndoOnlyOwnIncrements(t *testing.T) {
 		{t: 2 * time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-minute": "8"}},
 	})
 }
+
+// NewAdvanced validates a hand-built config, every error at once.
+func TestNewAdvancedValidates(t *testing.T) {
+	_, err := NewAdvanced(&AdvancedConfig{Limit: []int64{1}, WindowSize: []int64{1, 2}, WindowType: "x", Strategy: "local", Identifier: "ip", ErrorCode: 429}, newRegistry(t, RegistryOptions{}))
+	want := "policy: invalid config: config.window_size: You must provide the same number of windows and limits; " +
+		"config.namespace: namespace must be a non-empty string without '|'; config.window_type: expected one of: sliding, fixed"
+	if err == nil || err.Error() != want {
+		t.Errorf("err = %v\nwant %s", err, want)
+	}
+}
