@@ -5,15 +5,17 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/seed-008287da/sluice/ratelimit"
 )
 
-// Advanced is a compiled rate-limiting-advanced plugin instance. It is safe
-// for concurrent use; its config never changes (compile a new one to
-// reload).
+// Advanced is a compiled rate-limiting-advanced plugin instance, made by
+// NewAdvanced (the zero value is not usable). It is safe for concurrent
+// use; its config never changes (compile a new one to reload).
 type Advanced struct {
+	closed    atomic.Bool
 	reg       *Registry
 	storeKey  storeKey
 	store     ratelimit.Store
@@ -167,8 +169,14 @@ func deref(s *string) string {
 }
 
 // Close gives back the limiter's reference on its namespace's store; the
-// store closes with the last reference. Checks after Close fail.
-func (a *Advanced) Close() error { return a.reg.release(a.storeKey) }
+// store closes with the last reference, after which Check reports the
+// store's closed error. Close is idempotent.
+func (a *Advanced) Close() error {
+	if a.closed.Swap(true) {
+		return nil
+	}
+	return a.reg.release(a.storeKey)
+}
 
 // Namespace returns the namespace the counters live in.
 func (a *Advanced) Namespace() string { return a.namespace }

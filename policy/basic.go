@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/seed-008287da/sluice/ratelimit"
@@ -26,9 +27,10 @@ const nullID = "00000000-0000-0000-0000-000000000000"
 // It contains '|', which RLA namespaces may not, so the two never meet.
 const basicNamespace = "|rate-limiting"
 
-// Basic is a compiled OSS rate-limiting plugin instance. It is safe for
-// concurrent use.
+// Basic is a compiled OSS rate-limiting plugin instance, made by NewBasic
+// (the zero value is not usable). It is safe for concurrent use.
 type Basic struct {
+	closed   atomic.Bool
 	reg      *Registry
 	storeKey storeKey
 	store    ratelimit.Store
@@ -125,8 +127,14 @@ func orNull(id string) string {
 	return id
 }
 
-// Close gives back the limiter's reference on its store.
-func (b *Basic) Close() error { return b.reg.release(b.storeKey) }
+// Close gives back the limiter's reference on its store; Close is
+// idempotent.
+func (b *Basic) Close() error {
+	if b.closed.Swap(true) {
+		return nil
+	}
+	return b.reg.release(b.storeKey)
+}
 
 // calendarStart returns the start of the UTC calendar month or year that
 // holds now.
