@@ -23,14 +23,17 @@ func Etcd(t testing.TB) *EtcdServer {
 	dir := t.TempDir()
 	e := &EtcdServer{}
 	client := &http.Client{Timeout: time.Second}
+	peer := 0 // chosen once, so Restart keeps the member's peer URL
 	e.p = &proc{
 		name: "etcd",
 		bin:  "etcd",
 		dir:  dir,
 		args: func(port int) []string {
-			peer, err := freePort(0)
-			if err != nil {
-				peer = port + 1
+			if peer == 0 {
+				var err error
+				if peer, err = freePort(0); err != nil {
+					peer = port + 1
+				}
 			}
 			cu := "http://127.0.0.1:" + strconv.Itoa(port)
 			pu := "http://127.0.0.1:" + strconv.Itoa(peer)
@@ -61,3 +64,14 @@ func (e *EtcdServer) Endpoint() string { return "http://" + e.p.addr() }
 
 // Stop kills etcd and waits for it to exit.
 func (e *EtcdServer) Stop() { e.p.kill() }
+
+// Restart starts a stopped etcd again on the same ports with the same data
+// and waits until it is healthy. It fails the test if a port was taken
+// meanwhile or etcd does not start.
+func (e *EtcdServer) Restart(t testing.TB) {
+	t.Helper()
+	e.p.kill()
+	if err := e.p.launch(); err != nil {
+		t.Fatalf("testservers: restarting etcd on port %d: %v", e.p.port, err)
+	}
+}
