@@ -211,7 +211,9 @@ func (a *Advanced) selectPlan(r *Request) *plan {
 // A store failure is not a rejection: Kong's rate-limiting-advanced never
 // fails a request because of its store. Check then returns an allowing
 // Result without headers together with the error, for logging; the Redis
-// store already falls back to local counting on its own.
+// store already falls back to local counting on its own. When the waiting
+// room cannot be entered because its store failed, the request gets the
+// normal rejection, with the error.
 func (a *Advanced) Check(ctx context.Context, r *Request) (Result, error) {
 	now := r.Now
 	if now.IsZero() {

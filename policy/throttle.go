@@ -35,7 +35,7 @@ func (a *Advanced) wait(ctx context.Context, sr *ratelimit.Request, first rateli
 		Key: waitingRoomPrefix + sr.Key,
 		ID:  a.reg.leaseID(),
 		Max: t.QueueLimit,
-		TTL: interval * time.Duration(t.RetryTimes+1),
+		TTL: leaseTTL(interval, t.RetryTimes),
 		Now: now,
 	}
 	lease, err := a.store.Acquire(ctx, lr)
@@ -83,4 +83,16 @@ func (a *Advanced) wait(ctx context.Context, sr *ratelimit.Request, first rateli
 		timer.Reset(interval)
 	}
 	return d, now, int(t.RetryTimes), nil
+}
+
+// maxLeaseTTL caps a waiting-room lease's life (Kong allows interval and
+// retry_times up to a million each, more than a time.Duration holds).
+const maxLeaseTTL = 100 * 365 * 24 * time.Hour
+
+// leaseTTL is interval*(retries+1), capped at maxLeaseTTL.
+func leaseTTL(interval time.Duration, retries int64) time.Duration {
+	if float64(interval)*float64(retries+1) >= float64(maxLeaseTTL) {
+		return maxLeaseTTL
+	}
+	return interval * time.Duration(retries+1)
 }

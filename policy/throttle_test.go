@@ -132,3 +132,12 @@ func TestThrottleExhaustedAndCancelled(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+func TestLeaseTTLCapped(t *testing.T) {
+	if got := leaseTTL(4*time.Second, 2); got != 12*time.Second {
+		t.Errorf("leaseTTL(4s, 2) = %s, want 12s", got)
+	}
+	if got := leaseTTL(1_000_000*time.Second, 1_000_000); got != maxLeaseTTL {
+		t.Errorf("leaseTTL at Kong's maxima = %s, want the cap", got)
+	}
+}
