@@ -9,6 +9,8 @@ require (
 	golang.org/x/time v0.16.0
 )
 
+require github.com/redis/rueidis v1.0.79 // indirect
+
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/go-redis/redis_rate/v10 v10.0.1

@@ -18,6 +18,14 @@ type RedisInstance struct {
 	Allow func(ctx context.Context, key string) (bool, error)
 	// Close releases the limiter's connections and goroutines.
 	Close func()
+	// Check, when set, reports whether the calls since the instance was
+	// built were decided the way the contender claims (for example, by
+	// Redis and not by a local fallback). It may be nil.
+	Check func() error
+	// Metrics, when set, returns counters the instance keeps about itself
+	// (unit -> value since it was built), reported beside the figures. It
+	// may be nil.
+	Metrics func() map[string]float64
 }
 
 // A RedisContender builds RedisInstances of one limiter.

@@ -132,11 +132,21 @@ func runClosedLoop(b *testing.B, admin *redis.Client, inst RedisInstance, ks *Ke
 	if err := ks.CheckCoverage(b.N); err != nil {
 		b.Fatal(err)
 	}
+	if inst.Check != nil {
+		if err := inst.Check(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if inst.Metrics != nil {
+		for unit, v := range inst.Metrics() {
+			b.ReportMetric(v, unit)
+		}
+	}
 	all := slices.Concat(lat...)
 	slices.Sort(all)
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
-	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-us")
-	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-us")
+	b.ReportMetric(float64(all[len(all)/2])/1e3, "p50-us")
+	b.ReportMetric(float64(all[len(all)*99/100])/1e3, "p99-us")
 	// The first INFO's own read is counted in the second snapshot.
 	b.ReportMetric(float64(after.calls-before.calls)/float64(b.N), "cmds/op")
 	b.ReportMetric(float64(after.scripts-before.scripts)/float64(b.N), "scripts/op")
