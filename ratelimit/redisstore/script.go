@@ -37,8 +37,12 @@ func mustScript(name string) *script {
 	if err != nil {
 		panic("redisstore: missing embedded " + name)
 	}
-	sum := sha1.Sum(b)
-	return &script{name: name, src: string(b), sha: hex.EncodeToString(sum[:])}
+	return newScript(name, string(b))
+}
+
+func newScript(name, src string) *script {
+	sum := sha1.Sum([]byte(src))
+	return &script{name: name, src: src, sha: hex.EncodeToString(sum[:])}
 }
 
 func (sc *script) evalsha(rc rueidis.Client, keys, args []string) rueidis.Completed {

@@ -20,12 +20,23 @@ if ARGV[1] == '' then
   now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local now_ms = (now_us - now_us % 1000) / 1000
+-- num reads a counter field: absent is 0, anything but an integer is an
+-- error naming the key, never a silent zero.
+local function num(v, key, field)
+  if not v then return 0 end
+  local x = tonumber(v)
+  if not x or x ~= math.floor(x) then
+    error('sluice: field ' .. field .. ' of ' .. key .. ' is not an integer: ' .. tostring(v))
+  end
+  return x
+end
+
 local kind = tonumber(ARGV[2])
 local w = tonumber(ARGV[3])
 local v = redis.call('HMGET', KEYS[1], 's', 'c', 'p')
-local s = tonumber(v[1]) or 0
-local c = tonumber(v[2]) or 0
-local p = tonumber(v[3]) or 0
+local s = num(v[1], KEYS[1], 's')
+local c = num(v[2], KEYS[1], 'c')
+local p = num(v[3], KEYS[1], 'p')
 local changed = false
 
 if kind == 2 then

@@ -38,6 +38,17 @@ local cost = tonumber(ARGV[2])
 local penalty = ARGV[3] == '1'
 local n = #KEYS
 
+-- num reads a counter field: absent is 0, anything but an integer is an
+-- error naming the key, never a silent zero.
+local function num(v, key, field)
+  if not v then return 0 end
+  local x = tonumber(v)
+  if not x or x ~= math.floor(x) then
+    error('sluice: field ' .. field .. ' of ' .. key .. ' is not an integer: ' .. tostring(v))
+  end
+  return x
+end
+
 local reply = { 1, now_us }
 local st = {}
 local denied = false
@@ -60,9 +71,9 @@ for i = 1, n do
   local a = tonumber(ARGV[j + 2])
   local b = tonumber(ARGV[j + 3])
   local v = redis.call('HMGET', KEYS[i], 's', 'c', 'p')
-  local s = tonumber(v[1]) or 0
-  local c = tonumber(v[2]) or 0
-  local p = tonumber(v[3]) or 0
+  local s = num(v[1], KEYS[i], 's')
+  local c = num(v[2], KEYS[i], 'c')
+  local p = num(v[3], KEYS[i], 'p')
   reply[#reply + 1] = s
   reply[#reply + 1] = c
   reply[#reply + 1] = p
