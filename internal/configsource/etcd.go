@@ -44,8 +44,9 @@ type EtcdOptions struct {
 // by itself when etcd restarts; when the watch is lost anyway (the member
 // lost its leader, the revision was compacted, the stream closed), the
 // source reports it to Handlers.Error, waits with backoff, reads the key
-// again, delivers it if it changed, and watches from there. Identical
-// snapshots are not delivered twice. A deleted single key is reported
+// again, delivers it if it changed, and watches from there. A snapshot
+// equal to the last one delivered, or to the one in force, is not
+// delivered again. A deleted single key is reported
 // (wrapping ErrNotFound) and the previous configuration stays in force.
 type Etcd struct {
 	o      EtcdOptions
@@ -57,7 +58,7 @@ type Etcd struct {
 	value  []byte // single key
 	exists bool
 	kvs    map[string][]byte // prefix
-	last   *Document
+	seen   dedup
 
 	cancel    context.CancelFunc
 	done      chan struct{}
@@ -174,7 +175,6 @@ func (e *Etcd) publish() error {
 	} else {
 		if !e.exists {
 			e.o.report(fmt.Errorf("%w: %s", ErrNotFound, e.source))
-			e.last = nil
 			return nil
 		}
 		doc.Data = e.value
@@ -182,11 +182,7 @@ func (e *Etcd) publish() error {
 			doc.Data = []byte{}
 		}
 	}
-	if e.last != nil && e.last.same(doc) {
-		return nil
-	}
-	e.last = &doc
-	return e.o.deliver(doc)
+	return e.seen.deliver(&e.o.Handlers, doc)
 }
 
 // errWatchClosed is reported when etcd ends a watch without an error.

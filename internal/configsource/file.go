@@ -1,7 +1,6 @@
 package configsource
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -36,8 +35,9 @@ type FileOptions struct {
 // is a symlink through "..data", which is swapped atomically). When the
 // file is a symlink elsewhere, the target's directory is watched too.
 //
-// Content equal to the last delivered document is not delivered again, so
-// touching the file or a symlink swap to identical content costs nothing.
+// Content equal to the last document delivered, or to the one in force,
+// is not delivered again, so touching the file or a symlink swap to
+// identical content costs nothing.
 // A file that disappears is reported to Handlers.Error (wrapping
 // ErrNotFound) and the previous configuration stays in force; it is
 // delivered again once it reappears.
@@ -49,8 +49,7 @@ type File struct {
 	w       *fsnotify.Watcher
 	realDir string // extra watched directory of the symlink target, if any
 
-	last []byte
-	seen bool
+	seen dedup
 	rev  int64
 
 	cancel    context.CancelFunc
@@ -194,14 +193,14 @@ func (f *File) reload() {
 	f.accept(data) // a rejection was reported to Handlers.Rejected
 }
 
-// accept delivers data unless it equals the last document seen.
+// accept delivers data unless it would change nothing.
 func (f *File) accept(data []byte) error {
-	if f.seen && bytes.Equal(data, f.last) {
+	doc := Document{Source: "file:" + f.path, Data: data, Revision: f.rev + 1}
+	if (f.seen.last != nil && f.seen.last.same(doc)) || (f.seen.applied != nil && f.seen.applied.same(doc)) {
 		return nil
 	}
-	f.last, f.seen = data, true
 	f.rev++
-	return f.h.deliver(Document{Source: "file:" + f.path, Data: data, Revision: f.rev})
+	return f.seen.deliver(&f.h, doc)
 }
 
 // rewatch follows the file's symlink: when it points into another

@@ -82,6 +82,24 @@ func (d Document) same(o Document) bool {
 	return bytes.Equal(d.Data, o.Data)
 }
 
+// dedup skips documents that would change nothing: equal to the last one
+// delivered (applied or rejected), or to the one in force.
+type dedup struct {
+	last, applied *Document
+}
+
+func (d *dedup) deliver(h *Handlers, doc Document) error {
+	if (d.last != nil && d.last.same(doc)) || (d.applied != nil && d.applied.same(doc)) {
+		return nil
+	}
+	d.last = &doc
+	if err := h.deliver(doc); err != nil {
+		return err
+	}
+	d.applied = &doc
+	return nil
+}
+
 // Handlers receive a source's documents and problems. Each source calls
 // them from one goroutine at a time.
 type Handlers struct {
