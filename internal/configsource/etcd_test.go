@@ -188,7 +188,6 @@ func TestEtcdResyncAfterCompaction(t *testing.T) {
 	r.nextData(t, "v3")
 }
 
-
 func TestEtcdOpenErrors(t *testing.T) {
 	r := newRecorder()
 	if _, err := OpenEtcd(t.Context(), EtcdOptions{Handlers: r.handlers(), Endpoints: []string{"http://127.0.0.1:1"}}); err == nil {
