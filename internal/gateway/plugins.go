@@ -3,11 +3,12 @@ package gateway
 // Kong plugin priorities (PRIORITY in each handler) for the plugins sluice
 // implements. Higher runs first.
 const (
-	PriorityKeyAuth         = 1250
-	PriorityDimensions      = 915 // before the rate limiters it feeds
-	PriorityRateLimitingAdv = 910
-	PriorityRateLimiting    = 910
-	PriorityConcurrency     = 905
+	PriorityKeyAuth            = 1250
+	PriorityDimensions         = 915 // before the rate limiters it feeds
+	PriorityRateLimitingAdv    = 910
+	PriorityRateLimiting       = 910
+	PriorityConcurrency        = 905
+	PriorityRequestTermination = 2
 )
 
 // DefaultPlugins returns every plugin sluice ships.
@@ -16,5 +17,6 @@ func DefaultPlugins() []PluginFactory {
 		{Name: "key-auth", Priority: PriorityKeyAuth, New: newKeyAuth},
 		{Name: "rate-limiting-advanced", Priority: PriorityRateLimitingAdv, New: newRateLimitingAdvanced},
 		{Name: "rate-limiting", Priority: PriorityRateLimiting, New: newRateLimitingBasic},
+		{Name: "request-termination", Priority: PriorityRequestTermination, New: newRequestTermination},
 	}
 }

@@ -1,0 +1,383 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/seed-008287da/sluice/internal/configsource"
+	"github.com/seed-008287da/sluice/internal/gateway"
+	"github.com/seed-008287da/sluice/internal/gateway/admin"
+	"github.com/seed-008287da/sluice/internal/gateway/clientip"
+	"github.com/seed-008287da/sluice/internal/gateway/echo"
+	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+	"github.com/seed-008287da/sluice/policy"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3".
+var version = ""
+
+func versionString() string {
+	v := version
+	if v == "" {
+		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+			v = bi.Main.Version
+		} else {
+			v = "(devel)"
+		}
+	}
+	return v
+}
+
+const usage = `Usage:
+  sluice [run] -c kong.yml [flags]   serve the proxy and the admin API (default command)
+  sluice validate kong.yml           check a configuration, print every error, exit 1 if invalid
+  sluice version                     print the version
+
+Run "sluice run -h" for the flags. Every flag can also be set with an
+environment variable: SLUICE_ and the flag name in upper case with _ for -
+(SLUICE_PROXY_LISTEN=0.0.0.0:8000).
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cmd, rest := "run", args[1:]
+	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
+		cmd, rest = rest[0], rest[1:]
+	}
+	switch cmd {
+	case "run":
+		return runServe(ctx, rest, stdout, stderr)
+	case "validate":
+		return runValidate(rest, stdout, stderr)
+	case "version":
+		fmt.Fprintf(stdout, "sluice %s\n", versionString())
+		return 0
+	case "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "sluice: unknown command %q\n\n%s", cmd, usage)
+	return 2
+}
+
+func runValidate(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: sluice validate kong.yml")
+		return 2
+	}
+	path := fs.Arg(0)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice: %v\n", err)
+		return 1
+	}
+	shared := gateway.NewShared(policy.RegistryOptions{})
+	defer shared.Close()
+	g, err := gateway.New(gateway.Options{Shared: shared})
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice: %v\n", err)
+		return 1
+	}
+	if err := g.Validate(data); err != nil {
+		var errs kongconf.Errors
+		if errors.As(err, &errs) {
+			fmt.Fprintf(stderr, "%s: %d error(s)\n", path, len(errs))
+			for _, fe := range errs {
+				fmt.Fprintf(stderr, "%s: %s\n", path, fe.Error())
+			}
+		} else {
+			fmt.Fprintf(stderr, "%s: %v\n", path, err)
+		}
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: configuration is valid\n", path)
+	return 0
+}
+
+// serveFlags are the settings of "sluice run"; each has an environment
+// variable SLUICE_<NAME>.
+type serveFlags struct {
+	config           string
+	proxyListen      string
+	adminListen      string
+	trustedIPs       string
+	realIPHeader     string
+	realIPRecursive  bool
+	logLevel         string
+	logFormat        string
+	accessLog        bool
+	watch            bool
+	echo             string
+	etcdEndpoints    string
+	etcdKey          string
+	maxBody          int
+	readTimeout      time.Duration
+	idleTimeout      time.Duration
+	upstreamIdle     time.Duration
+	shutdownTimeout  time.Duration
+	otlpEndpoint     string
+	otlpInsecure     bool
+	traceServiceName string
+}
+
+func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
+	f := &serveFlags{}
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	env := func(name, def string) string {
+		if v, ok := os.LookupEnv("SLUICE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))); ok {
+			return v
+		}
+		return def
+	}
+	str := func(p *string, name, def, help string) { fs.StringVar(p, name, env(name, def), help) }
+	boolean := func(p *bool, name string, def bool, help string) {
+		v, err := strconv.ParseBool(env(name, strconv.FormatBool(def)))
+		if err != nil {
+			v = def
+		}
+		fs.BoolVar(p, name, v, help)
+	}
+	dur := func(p *time.Duration, name string, def time.Duration, help string) {
+		v, err := time.ParseDuration(env(name, def.String()))
+		if err != nil {
+			v = def
+		}
+		fs.DurationVar(p, name, v, help)
+	}
+	str(&f.config, "c", "", "declarative configuration file (YAML or JSON), watched for changes")
+	str(&f.proxyListen, "proxy-listen", "0.0.0.0:8000", "proxy listen address")
+	str(&f.adminListen, "admin-listen", "127.0.0.1:8001", "admin API listen address (keep it on loopback); empty disables it")
+	str(&f.trustedIPs, "trusted-ips", "", "comma-separated CIDRs whose forwarding headers are trusted (Kong's trusted_ips)")
+	str(&f.realIPHeader, "real-ip-header", clientip.XRealIP, "header holding the client address from a trusted proxy (Kong's real_ip_header)")
+	boolean(&f.realIPRecursive, "real-ip-recursive", false, "skip trusted addresses right to left in the header (Kong's real_ip_recursive)")
+	str(&f.logLevel, "log-level", "info", "debug, info, warn or error")
+	str(&f.logFormat, "log-format", "json", "json or text")
+	boolean(&f.accessLog, "access-log", true, "log every request")
+	boolean(&f.watch, "watch", true, "reload the configuration file when it changes")
+	str(&f.echo, "echo", "", "also serve a built-in echo upstream on this address (quickstart)")
+	str(&f.etcdEndpoints, "etcd-endpoints", "", "comma-separated etcd endpoints to read the configuration from")
+	str(&f.etcdKey, "etcd-key", "/sluice/kong.yml", "etcd key holding the configuration")
+	fs.IntVar(&f.maxBody, "max-body-size", gateway.DefaultMaxRequestBodySize, "largest request body in bytes")
+	dur(&f.readTimeout, "read-timeout", gateway.DefaultReadTimeout, "time to read a request's headers from a client")
+	dur(&f.idleTimeout, "idle-timeout", gateway.DefaultIdleTimeout, "client keep-alive idle timeout")
+	dur(&f.upstreamIdle, "upstream-idle-timeout", gateway.DefaultUpstreamIdleTimeout, "upstream keep-alive idle timeout; keep it below the upstream's")
+	dur(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long to drain requests in flight on SIGTERM")
+	str(&f.otlpEndpoint, "otlp-endpoint", os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"), "OTLP/HTTP endpoint for traces (host:port or URL); empty disables tracing")
+	boolean(&f.otlpInsecure, "otlp-insecure", true, "send traces over plain HTTP")
+	str(&f.traceServiceName, "trace-service-name", "sluice", "service.name of the traces")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if f.config == "" && f.etcdEndpoints == "" {
+		return nil, errors.New("a configuration is required: -c kong.yml or --etcd-endpoints")
+	}
+	return f, nil
+}
+
+func newLogger(f *serveFlags, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	o := &slog.HandlerOptions{Level: level}
+	switch f.logFormat {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, o)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, o)), nil
+	}
+	return nil, fmt.Errorf("--log-format: want json or text, got %q", f.logFormat)
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f, err := parseServe(args, stderr)
+	if err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintf(stderr, "sluice: %v\n", err)
+		}
+		return 2
+	}
+	log, err := newLogger(f, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "sluice: %v\n", err)
+		return 2
+	}
+	if err := serve(ctx, f, log, stdout); err != nil {
+		log.Error("sluice stopped", "error", err.Error())
+		return 1
+	}
+	return 0
+}
+
+func serve(ctx context.Context, f *serveFlags, log *slog.Logger, stdout io.Writer) error {
+	var trusted []string
+	if f.trustedIPs != "" {
+		trusted = strings.Split(f.trustedIPs, ",")
+	}
+	resolver, err := clientip.New(clientip.Options{TrustedIPs: trusted, RealIPHeader: f.realIPHeader, Recursive: f.realIPRecursive})
+	if err != nil {
+		return err
+	}
+	opts := gateway.Options{
+		ClientIP:            resolver,
+		Logger:              log,
+		AccessLog:           f.accessLog,
+		MaxRequestBodySize:  f.maxBody,
+		ReadTimeout:         f.readTimeout,
+		IdleTimeout:         f.idleTimeout,
+		UpstreamIdleTimeout: f.upstreamIdle,
+		Shared:              gateway.NewShared(policy.RegistryOptions{}),
+	}
+	defer opts.Shared.Close()
+	if f.otlpEndpoint != "" {
+		tp, err := newTracerProvider(ctx, f)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = tp.Shutdown(sctx) // spans lost at exit are not worth failing for
+		}()
+		opts.Tracer = tp.Tracer("github.com/seed-008287da/sluice/internal/gateway")
+	}
+	g, err := gateway.New(opts)
+	if err != nil {
+		return err
+	}
+
+	if f.echo != "" {
+		ln, err := net.Listen("tcp", f.echo)
+		if err != nil {
+			return fmt.Errorf("echo upstream: %w", err)
+		}
+		srv := &http.Server{Handler: echo.Handler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }() // ends with Close below
+		defer srv.Close()
+		fmt.Fprintf(stdout, "echo upstream listening on %s\n", ln.Addr())
+	}
+
+	handlers := configsource.Handlers{
+		Apply: func(d configsource.Document) error { return g.Load(d.Data, sourceName(d.Source)) },
+		Error: func(err error) { log.Warn("configuration source", "error", err.Error()) },
+	}
+	var sources []configsource.Source
+	defer func() {
+		for _, s := range sources {
+			_ = s.Close()
+		}
+	}()
+	if f.config != "" {
+		if f.watch {
+			src, err := configsource.OpenFile(ctx, f.config, configsource.FileOptions{Handlers: handlers})
+			if err != nil {
+				return err
+			}
+			sources = append(sources, src)
+		} else {
+			data, err := os.ReadFile(f.config)
+			if err != nil {
+				return err
+			}
+			if err := g.Load(data, "file"); err != nil {
+				return err
+			}
+		}
+	}
+	if f.etcdEndpoints != "" {
+		src, err := configsource.OpenEtcd(ctx, configsource.EtcdOptions{
+			Handlers: handlers, Endpoints: strings.Split(f.etcdEndpoints, ","), Key: f.etcdKey,
+		})
+		if err != nil {
+			return err
+		}
+		sources = append(sources, src)
+	}
+
+	pln, err := net.Listen("tcp", f.proxyListen)
+	if err != nil {
+		return fmt.Errorf("proxy listener: %w", err)
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- g.Serve(pln) }()
+	fmt.Fprintf(stdout, "proxy listening on %s\n", pln.Addr())
+	log.Info("proxy listening", "addr", pln.Addr().String())
+
+	var adminSrv *http.Server
+	if f.adminListen != "" {
+		aln, err := net.Listen("tcp", f.adminListen)
+		if err != nil {
+			return fmt.Errorf("admin listener: %w", err)
+		}
+		adminSrv = &http.Server{Handler: admin.Handler(g, admin.Options{Version: versionString()}), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := adminSrv.Serve(aln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+		fmt.Fprintf(stdout, "admin listening on %s\n", aln.Addr())
+		log.Info("admin listening", "addr", aln.Addr().String())
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down", "timeout", f.shutdownTimeout.String())
+	case err := <-errc:
+		if err != nil {
+			return err
+		}
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
+	defer cancel()
+	if adminSrv != nil {
+		_ = adminSrv.Shutdown(sctx) // the proxy's drain is what matters
+	}
+	return g.Shutdown(sctx)
+}
+
+// sourceName turns "file:/etc/kong.yml" into the metric label "file".
+func sourceName(s string) string {
+	if i := strings.IndexByte(s, ':'); i > 0 {
+		return s[:i]
+	}
+	return s
+}
+
+func newTracerProvider(ctx context.Context, f *serveFlags) (*sdktrace.TracerProvider, error) {
+	opts := []otlptracehttp.Option{}
+	if strings.Contains(f.otlpEndpoint, "://") {
+		opts = append(opts, otlptracehttp.WithEndpointURL(f.otlpEndpoint))
+	} else {
+		opts = append(opts, otlptracehttp.WithEndpoint(f.otlpEndpoint))
+	}
+	if f.otlpInsecure {
+		opts = append(opts, otlptracehttp.WithInsecure())
+	}
+	exp, err := otlptracehttp.New(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("otlp exporter: %w", err)
+	}
+	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(serviceResource(f.traceServiceName))), nil
+}
