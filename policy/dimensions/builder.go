@@ -349,6 +349,9 @@ func (b *Builder) Key(in *Input) (key string, ok bool) {
 }
 
 func (b *Builder) key(in *Input, vals *[MaxDimensions]string) (string, bool) {
+	if len(b.dims) == 0 {
+		return "", false // a zero Builder has nothing to key on
+	}
 	var parts [MaxDimensions + 1]string
 	n := 0
 	if b.prefix != "" {
@@ -390,7 +393,7 @@ func (b *Builder) Resolve(in *Input) Result {
 			t = lt
 		}
 	}
-	if t.n == 0 {
+	if t == nil || t.n == 0 {
 		return r
 	}
 	if t.composite != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -233,5 +234,44 @@ func BenchmarkResolve(b *testing.B) {
 	}
 	if hits != b.N {
 		b.Fatalf("%d hits of %d", hits, b.N)
+	}
+}
+
+// Requests resolve while the config centre swaps tables: every result is
+// one of the tables' quotas, never a torn one (run with -race).
+func TestConcurrentResolveAndSwap(t *testing.T) {
+	var live Overrides
+	b := mustNew(t, tenantCfg, Options{Overrides: &live})
+	tables := make([]*Table, 2)
+	for i := range tables {
+		tbl, err := ParseOverrides([]byte(`{"overrides":[{"dimension":"tenant","value":"acme","limit":[` + strconv.Itoa(i+1) + `],"window_size":[1]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tables[i] = tbl
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			in := req("acme", "GET")
+			for range 2000 {
+				r := b.Resolve(in)
+				if n := r.Quota.Limits[0].Count; n != 1 && n != 2 && n != 1000 {
+					t.Errorf("count %d", n)
+					return
+				}
+			}
+		})
+	}
+	for i := range 2000 {
+		live.Store(tables[i%2])
+	}
+	wg.Wait()
+}
+
+func TestZeroBuilder(t *testing.T) {
+	var b Builder
+	if r := b.Resolve(&Input{}); r.OK || r.Overridden {
+		t.Fatalf("zero Builder: %+v", r)
 	}
 }
