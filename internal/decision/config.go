@@ -3,6 +3,8 @@ package decision
 import (
 	"errors"
 	"fmt"
+	"net"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/seed-008287da/sluice/ratelimit"
+	"github.com/seed-008287da/sluice/ratelimit/redisstore"
 )
 
 // ErrInvalidConfig is wrapped by every configuration error; the concrete
@@ -191,21 +194,42 @@ type MemoryConfig struct {
 	MaxKeys int64
 }
 
-// RedisConfig configures the Redis store.
+// RedisConfig configures the Redis store (package ratelimit/redisstore).
+// One topology is used: Cluster when ClusterNodes is set, else Sentinel
+// when SentinelMaster is set, else the standalone server at Host:Port.
 type RedisConfig struct {
-	// Addrs are host:port addresses: one for a standalone server.
-	Addrs []string
-	// Username and Password authenticate (AUTH); empty means none.
+	// Host and Port address a standalone server; "" and 0 mean 127.0.0.1
+	// and 6379.
+	Host string
+	Port int
+	// Database is the logical database; it must be 0 on Cluster.
+	Database int
+	// Username and Password authenticate; an empty Password sends no AUTH.
 	Username string
 	Password string
-	// DB is the database number.
-	DB uint32
-	// SyncRate is how counters are shared: zero means every decision is a
-	// round trip to Redis; positive means counters are kept locally and
-	// pushed every SyncRate.
+	// SSL connects with TLS; SSLVerify verifies the server certificate
+	// against the system roots.
+	SSL       bool
+	SSLVerify bool
+	// SentinelMaster names the master set the SentinelNodes ("host:port")
+	// monitor.
+	SentinelMaster string
+	SentinelNodes  []redisstore.Addr
+	// ClusterNodes are seed nodes ("host:port") of a Redis Cluster.
+	ClusterNodes []redisstore.Addr
+	// Namespace separates these counters from other users of the same
+	// Redis; empty means "decision".
+	Namespace string
+	// SyncRate is how often counters are shared: zero (the default) asks
+	// Redis on every decision; a positive duration counts locally and
+	// pushes and pulls every SyncRate (Kong's sync_rate).
 	SyncRate time.Duration
-	// Timeout bounds every Redis call; zero means the store's default.
+	// Timeout bounds every Redis call; past it the decision is made with
+	// local counters. Zero means the store's default, 200 ms.
 	Timeout time.Duration
+	// ServiceClock decides with the service's clock instead of Redis' TIME.
+	// Redis' clock (the default) gives every node of the service one clock.
+	ServiceClock bool
 }
 
 // Parse decodes and validates a configuration file. Unknown fields are
@@ -218,7 +242,7 @@ func Parse(data []byte) (*Config, error) {
 	}
 	d := &decoder{}
 	cfg := &Config{Algorithm: ratelimit.FixedWindow}
-	if resolve(&root) == nil {
+	if r := resolve(&root); r == nil || r.Kind == 0 {
 		d.add(nil, "", "the file is empty")
 		return nil, &ConfigError{Errors: d.errs}
 	}
@@ -272,6 +296,11 @@ func Parse(data []byte) (*Config, error) {
 		seen[dom.Name] = true
 	}
 	if len(d.errs) > 0 {
+		// File order; errors without a line (cross-checks) last.
+		sort.SliceStable(d.errs, func(i, j int) bool {
+			li, lj := d.errs[i].Line, d.errs[j].Line
+			return li != 0 && (lj == 0 || li < lj)
+		})
 		return nil, &ConfigError{Errors: d.errs}
 	}
 	return cfg, nil
@@ -341,7 +370,12 @@ func (d *decoder) rateLimit(path string, n *yaml.Node, alg ratelimit.Algorithm) 
 			rl.Replaces = append(rl.Replaces, name)
 		}
 	}
-	single := m.has("unit") || m.has("requests_per_unit") || m.has("unit_multiplier") || m.has("algorithm") || m.has("burst")
+	single := false
+	for _, f := range []string{"unit", "requests_per_unit", "unit_multiplier", "algorithm", "burst"} {
+		if m.has(f) {
+			single = true
+		}
+	}
 	list := m.seq("limits")
 	switch {
 	case rl.Unlimited:
@@ -431,6 +465,9 @@ func (d *decoder) store(path string, n *yaml.Node) StoreConfig {
 		d.add(m.field("type"), joinPath(path, "type"), "unknown store %q (want memory or redis)", sc.Type)
 	}
 	if mn := m.field("memory"); mn != nil {
+		if sc.Type == "redis" {
+			d.add(mn, joinPath(path, "memory"), "set, but type is redis")
+		}
 		mp := joinPath(path, "memory")
 		if mm := d.mapping(mp, mn); mm != nil {
 			if v, ok := mm.uint32("max_keys"); ok {
@@ -441,6 +478,9 @@ func (d *decoder) store(path string, n *yaml.Node) StoreConfig {
 	}
 	if rn := m.field("redis"); rn != nil {
 		sc.Redis = d.redis(joinPath(path, "redis"), rn)
+		if sc.Type != "redis" {
+			d.add(rn, joinPath(path, "redis"), "set, but type is not redis")
+		}
 	} else if sc.Type == "redis" {
 		d.add(m.node, joinPath(path, "redis"), "required when type is redis")
 	}
@@ -454,26 +494,64 @@ func (d *decoder) redis(path string, n *yaml.Node) RedisConfig {
 	if m == nil {
 		return rc
 	}
-	if m.has("addr") {
-		rc.Addrs = append(rc.Addrs, m.str("addr"))
-	}
-	for i, an := range m.seq("addrs") {
-		if an.Kind != yaml.ScalarNode || an.Tag != "!!str" {
-			d.add(an, indexPath(joinPath(path, "addrs"), i), "expected a string")
-			continue
+	rc.Host = m.str("host")
+	if p, ok := m.uint32("port"); ok {
+		if p == 0 || p > 65535 {
+			d.add(m.field("port"), joinPath(path, "port"), "must be from 1 to 65535, got %d", p)
 		}
-		rc.Addrs = append(rc.Addrs, an.Value)
+		rc.Port = int(p)
 	}
-	if len(rc.Addrs) == 0 {
-		d.add(m.node, joinPath(path, "addr"), "required")
+	if v, ok := m.uint32("database"); ok {
+		rc.Database = int(v)
 	}
 	rc.Username = m.str("username")
 	rc.Password = m.str("password")
-	rc.DB, _ = m.uint32("db")
+	rc.SSL = m.boolean("ssl")
+	rc.SSLVerify = m.boolean("ssl_verify")
+	rc.SentinelMaster = m.str("sentinel_master")
+	rc.SentinelNodes = d.addrs(m, path, "sentinel_nodes")
+	rc.ClusterNodes = d.addrs(m, path, "cluster_nodes")
+	if rc.SentinelMaster != "" && len(rc.SentinelNodes) == 0 {
+		d.add(m.node, joinPath(path, "sentinel_nodes"), "required with sentinel_master")
+	}
+	if rc.SentinelMaster == "" && len(rc.SentinelNodes) > 0 {
+		d.add(m.field("sentinel_nodes"), joinPath(path, "sentinel_master"), "required with sentinel_nodes")
+	}
+	rc.Namespace = m.str("namespace")
+	if rc.Namespace == "" {
+		rc.Namespace = "decision"
+	}
 	rc.SyncRate = d.duration(m, path, "sync_rate")
 	rc.Timeout = d.duration(m, path, "timeout")
+	switch c := m.str("clock"); c {
+	case "", "redis":
+	case "service":
+		rc.ServiceClock = true
+	default:
+		d.add(m.field("clock"), joinPath(path, "clock"), "unknown clock %q (want redis or service)", c)
+	}
 	m.done()
 	return rc
+}
+
+// addrs decodes a list of "host:port" strings.
+func (d *decoder) addrs(m *mapping, path, name string) []redisstore.Addr {
+	var out []redisstore.Addr
+	for i, n := range m.seq(name) {
+		p := indexPath(joinPath(path, name), i)
+		if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
+			d.add(n, p, "expected a \"host:port\" string")
+			continue
+		}
+		host, port, err := net.SplitHostPort(n.Value)
+		pn, perr := strconv.Atoi(port)
+		if err != nil || perr != nil || pn <= 0 || pn > 65535 {
+			d.add(n, p, "expected \"host:port\", got %q", n.Value)
+			continue
+		}
+		out = append(out, redisstore.Addr{Host: host, Port: pn})
+	}
+	return out
 }
 
 // duration decodes a Go duration string ("250ms", "1s"); it must not be

@@ -28,10 +28,11 @@ func newClock(t time.Time) *clock {
 	return c
 }
 
-func (c *clock) set(t time.Time)     { c.ns.Store(t.UnixNano()) }
-func (c *clock) add(d time.Duration) { c.ns.Add(int64(d)) }
-func (c *clock) now() time.Time      { return time.Unix(0, c.ns.Load()).UTC() }
-func (c *clock) opts() Options       { return Options{Now: c.now} }
+func (c *clock) set(t time.Time)            { c.ns.Store(t.UnixNano()) }
+func (c *clock) add(d time.Duration)        { c.ns.Add(int64(d)) }
+func (c *clock) now() time.Time             { return time.Unix(0, c.ns.Load()).UTC() }
+func (c *clock) opts() Options              { return Options{Now: c.now} }
+func (c *clock) optsWith(o Options) Options { o.Now = c.now; return o }
 
 func mustParse(t testing.TB, yml string) *Config {
 	t.Helper()

@@ -104,7 +104,7 @@ func New(cfg *Config, store ratelimit.Store, opts Options) *Service {
 // Open opens the store cfg.Store selects and returns a Service over it that
 // closes the store in Close.
 func Open(cfg *Config, opts Options) (*Service, error) {
-	st, err := OpenStore(cfg.Store, opts.Now)
+	st, err := OpenStore(cfg.Store, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
