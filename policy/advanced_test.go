@@ -428,3 +428,13 @@ func TestNewAdvancedValidates(t *testing.T) {
 		t.Errorf("err = %v\nwant %s", err, want)
 	}
 }
+
+// Values of 4096 and more are formatted rather than taken from the table.
+func TestLargeHeaderValues(t *testing.T) {
+	a := newAdvanced(t, newRegistry(t, RegistryOptions{}), `{"limit":[100000,5000],"window_size":[86400,4095],"namespace":"n","window_type":"fixed"}`)
+	runCalls(t, a, []call{{t: 0, allowed: true, headers: want{
+		"X-RateLimit-Limit-4095": "5000", "X-RateLimit-Remaining-4095": "4999",
+		"X-RateLimit-Limit-day": "100000", "X-RateLimit-Remaining-day": "99999",
+		"RateLimit-Remaining": "4999", "RateLimit-Reset": "3195"}}})
+	runCalls(t, a, []call{{t: time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-day": "99998", "RateLimit-Reset": "3194"}}})
+}

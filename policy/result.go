@@ -74,6 +74,8 @@ type window struct {
 // headerWindow names one window's headers, computed once per limiter.
 type headerWindow struct {
 	limitName, remainingName string
+	// limit is the window's limit, formatted once.
+	limit string
 	// skip is set when a later window has the same name: Kong's later
 	// window overwrites the earlier one's headers, so only one pair is
 	// sent, with the later values.
@@ -85,6 +87,9 @@ type headerWindow struct {
 // headerPlan is the precomputed header layout of one set of windows.
 type headerPlan struct {
 	windows []headerWindow
+	// sent is the number of per-window headers sent (two per window not
+	// skipped).
+	sent int
 	// policy is the IETF RateLimit-Policy value; it depends only on the
 	// config.
 	policy string
@@ -94,11 +99,15 @@ func newHeaderPlan(names, titles []string, limits []int64, windowSecs []int64) h
 	hp := headerPlan{windows: make([]headerWindow, len(names))}
 	for i, n := range names {
 		title := titles[i]
-		hp.windows[i] = headerWindow{limitName: hdrLimitPrefix + title, remainingName: hdrRemainingPrefix + title, ietfName: n}
+		hp.windows[i] = headerWindow{limitName: hdrLimitPrefix + title, remainingName: hdrRemainingPrefix + title,
+			limit: strconv.FormatInt(limits[i], 10), ietfName: n}
 		for j := i + 1; j < len(names); j++ {
 			if names[j] == n {
 				hp.windows[i].skip = true
 			}
+		}
+		if !hp.windows[i].skip {
+			hp.sent += 2
 		}
 	}
 	var b []byte
@@ -132,15 +141,56 @@ type headerValues struct {
 	rejected   bool
 }
 
-// build writes the headers of one response. It makes two allocations: the
-// header slice and one string holding every value.
-func (hp *headerPlan) build(v *headerValues) []Header {
-	n := 3
-	for i := range hp.windows {
-		if !hp.windows[i].skip {
-			n += 2
-		}
+// smallInts holds the decimal forms of 0..smallMax-1 in one string, so the
+// usual header values (remaining counts, seconds to reset) need neither
+// formatting nor allocation. It is built once and never changes.
+const smallMax = 4096
+
+var smallInts, smallEnds = func() (string, [smallMax + 1]uint16) {
+	var ends [smallMax + 1]uint16
+	var b []byte
+	for i := range smallMax {
+		b = strconv.AppendInt(b, int64(i), 10)
+		ends[i+1] = uint16(len(b))
 	}
+	return string(b), ends
+}()
+
+// valueRef is a header value: s when ready, else buf[from:to] of the
+// values' buffer.
+type valueRef struct {
+	s        string
+	from, to int
+}
+
+// appendValue records n: small numbers come from smallInts, others are
+// written into buf, which becomes one string once every value is in.
+func appendValue(refs []valueRef, buf []byte, n int64) ([]valueRef, []byte) {
+	if n >= 0 && n < smallMax {
+		return append(refs, valueRef{s: smallInts[smallEnds[n]:smallEnds[n+1]]}), buf
+	}
+	from := len(buf)
+	buf = strconv.AppendInt(buf, n, 10)
+	return append(refs, valueRef{from: from, to: len(buf)}), buf
+}
+
+func appendIETF(refs []valueRef, buf []byte, name string, remaining, reset int64) ([]valueRef, []byte) {
+	from := len(buf)
+	buf = append(buf, '"')
+	buf = append(buf, name...)
+	buf = append(buf, `";r=`...)
+	buf = strconv.AppendInt(buf, remaining, 10)
+	buf = append(buf, ";t="...)
+	buf = strconv.AppendInt(buf, reset, 10)
+	return append(refs, valueRef{from: from, to: len(buf)}), buf
+}
+
+// build writes the headers of one response. It allocates the header slice,
+// plus one string when a value is at least smallMax or the IETF headers
+// are on. Windows beyond what valueBuf holds (never with Kong-sized
+// configs) are formatted one string each.
+func (hp *headerPlan) build(v *headerValues) []Header {
+	n := hp.sent + 3
 	if v.retryAfter > 0 {
 		n++
 	}
@@ -151,73 +201,51 @@ func (hp *headerPlan) build(v *headerValues) []Header {
 		n++
 	}
 	hs := make([]Header, 0, n)
-
-	// Values go into one buffer, turned into one string, then sliced.
-	var arr [256]byte
-	buf := arr[:0]
-	var ends [40]int
-	k := 0
-	mark := func() {
-		if k < len(ends) {
-			ends[k] = len(buf)
-		}
-		k++
-	}
-	for i := range hp.windows {
-		if hp.windows[i].skip {
-			continue
-		}
-		buf = strconv.AppendInt(buf, v.windows[i].limit, 10)
-		mark()
-		buf = strconv.AppendInt(buf, v.windows[i].remaining, 10)
-		mark()
-	}
-	rep := v.windows[v.reported]
-	buf = strconv.AppendInt(buf, rep.limit, 10)
-	mark()
-	buf = strconv.AppendInt(buf, rep.remaining, 10)
-	mark()
-	buf = strconv.AppendInt(buf, v.reset, 10)
-	mark()
-	if v.retryAfter > 0 {
-		buf = strconv.AppendInt(buf, v.retryAfter, 10)
-		mark()
-	}
-	if v.ietf {
-		buf = append(buf, '"')
-		buf = append(buf, hp.windows[v.reported].ietfName...)
-		buf = append(buf, `";r=`...)
-		buf = strconv.AppendInt(buf, rep.remaining, 10)
-		buf = append(buf, ";t="...)
-		buf = strconv.AppendInt(buf, v.reset, 10)
-		mark()
-	}
-	all := string(buf)
-	if k > len(ends) {
-		// More windows than the inline index holds: fall back to one string
-		// per value (never reached with Kong-sized configs).
+	var refArr [24]valueRef
+	if hp.sent+4 > len(refArr) {
 		return hp.buildSlow(v, hs)
 	}
-	k = 0
-	start := 0
-	next := func() string {
-		s := all[start:ends[k]]
-		start = ends[k]
-		k++
-		return s
-	}
+	var arr [192]byte
+	refs, buf := refArr[:0], arr[:0]
 	for i := range hp.windows {
-		if hp.windows[i].skip {
-			continue
+		if !hp.windows[i].skip {
+			refs, buf = appendValue(refs, buf, v.windows[i].remaining)
 		}
-		hs = append(hs, Header{hp.windows[i].limitName, next()}, Header{hp.windows[i].remainingName, next()})
 	}
-	hs = append(hs, Header{hdrLimit, next()}, Header{hdrRemaining, next()}, Header{hdrReset, next()})
+	rep := v.windows[v.reported]
+	refs, buf = appendValue(refs, buf, rep.remaining)
+	refs, buf = appendValue(refs, buf, v.reset)
 	if v.retryAfter > 0 {
-		hs = append(hs, Header{hdrRetryAfter, next()})
+		refs, buf = appendValue(refs, buf, v.retryAfter)
 	}
 	if v.ietf {
-		hs = append(hs, Header{hdrPolicy, hp.policy}, Header{hdrRateLimit, next()})
+		refs, buf = appendIETF(refs, buf, hp.windows[v.reported].ietfName, rep.remaining, v.reset)
+	}
+	if len(buf) > 0 {
+		// One string for every value that was not small.
+		all := string(buf)
+		for i := range refs {
+			if refs[i].s == "" {
+				refs[i].s = all[refs[i].from:refs[i].to]
+			}
+		}
+	}
+	k := 0
+	for i := range hp.windows {
+		w := &hp.windows[i]
+		if !w.skip {
+			hs = append(hs, Header{w.limitName, w.limit}, Header{w.remainingName, refs[k].s})
+			k++
+		}
+	}
+	hs = append(hs, Header{hdrLimit, hp.windows[v.reported].limit}, Header{hdrRemaining, refs[k].s}, Header{hdrReset, refs[k+1].s})
+	k += 2
+	if v.retryAfter > 0 {
+		hs = append(hs, Header{hdrRetryAfter, refs[k].s})
+		k++
+	}
+	if v.ietf {
+		hs = append(hs, Header{hdrPolicy, hp.policy}, Header{hdrRateLimit, refs[k].s})
 	}
 	if v.rejected {
 		hs = append(hs, Header{hdrContentType, contentTypeJSON})
