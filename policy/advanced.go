@@ -255,6 +255,10 @@ func (a *Advanced) result(p *plan, key string, d *ratelimit.Decision, now time.T
 		res.Status = a.errorCode
 		res.Body = a.body
 	}
+	rep := d.Reported()
+	// Pins are kept for every window on every evaluation, headers sent or
+	// not, as Kong keeps them.
+	repStart := a.updatePins(p, key, d, rep, now)
 	if a.hide {
 		if !d.Allowed {
 			res.Headers = []Header{{hdrContentType, contentTypeJSON}}
@@ -262,13 +266,12 @@ func (a *Advanced) result(p *plan, key string, d *ratelimit.Decision, now time.T
 		return res
 	}
 	var ws [8]window
-	v := headerValues{windows: ws[:0], ietf: a.ietf, rejected: !d.Allowed}
+	v := headerValues{windows: ws[:0], ietf: a.ietf, rejected: !d.Allowed, reported: rep}
 	for i := 0; i < d.Len(); i++ {
 		s := d.State(i)
 		v.windows = append(v.windows, window{limit: s.Limit.Count, remaining: s.Remaining})
 	}
-	v.reported = d.Reported()
-	v.reset = a.reset(p, key, d, v.reported, now)
+	v.reset = reset(p, d.State(rep), p.secs[rep], repStart, now)
 	if !d.Allowed {
 		v.retryAfter = v.reset + jitter(p.jitterMax, a.reg.opts.Rand)
 	}
@@ -276,27 +279,43 @@ func (a *Advanced) result(p *plan, key string, d *ratelimit.Decision, now time.T
 	return res
 }
 
-// reset computes RateLimit-Reset for the reported window (spec §2.5):
-// the seconds left in the window, and for a sliding window whose rate is
-// above its limit the time the excess needs to drain. A sliding window
-// that is over its limit pins the window start at which it first was, so
-// under continuous overload the first term decays to 1.
-func (a *Advanced) reset(p *plan, key string, d *ratelimit.Decision, i int, now time.Time) int64 {
-	s := d.State(i)
-	w := p.secs[i]
+// updatePins applies the pin rule of spec §2.5 to every window: a sliding
+// window whose rate is above its limit pins the start of the window in
+// which it first was (per namespace, key and window size, the spec's
+// recommendation; Kong pins per window size for the whole node), any other
+// evaluation deletes the pin. It returns the start of window rep to use for
+// its reset: the pinned one, or the current window's.
+func (a *Advanced) updatePins(p *plan, key string, d *ratelimit.Decision, rep int, now time.Time) int64 {
 	nowS := now.Unix()
-	start := nowS - floorMod(nowS, w)
+	var repStart int64
+	for i := 0; i < d.Len(); i++ {
+		s := d.State(i)
+		w := p.secs[i]
+		start := nowS - floorMod(nowS, w)
+		k := pinKey{a.namespace, key, w}
+		if !p.fixed && s.Used > float64(s.Limit.Count) {
+			start = a.reg.pins.pin(k, start, nowS)
+		} else {
+			a.reg.pins.unpin(k)
+		}
+		if i == rep {
+			repStart = start
+		}
+	}
+	return repStart
+}
+
+// reset computes RateLimit-Reset (spec §2.5) for a window of w seconds
+// that started at start: the seconds left in it, at least 1, and for a
+// sliding window whose rate is above its limit, plus the time the excess
+// needs to drain, rounded up. Under continuous overload the window start
+// stays pinned, so the first term decays to 1.
+func reset(p *plan, s ratelimit.LimitState, w, start int64, now time.Time) int64 {
+	base := max(1, w-(now.Unix()-start))
 	if p.fixed {
-		a.reg.pins.unpin(pinKey{a.namespace, key, w})
-		return max(1, w-(nowS-start))
+		return base
 	}
 	limit := float64(s.Limit.Count)
-	if s.Used > limit {
-		start = a.reg.pins.pin(pinKey{a.namespace, key, w}, start, nowS)
-	} else {
-		a.reg.pins.unpin(pinKey{a.namespace, key, w})
-	}
-	base := max(1, w-(nowS-start))
 	over := max(0, (s.Used-limit)/limit*float64(w))
 	return int64(math.Ceil(float64(base) + over))
 }
