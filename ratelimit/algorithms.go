@@ -87,8 +87,14 @@ func (c Counter) Expiry(l Limit) int64 {
 // and updates them. r.Now must be set and r.Limits valid (see
 // ValidateLimits); r.Cost zero means 1. Apply is pure: the whole decision
 // is a function of its arguments.
-func Apply(r *Request, cs []Counter) Decision {
-	d := Decision{Allowed: true, Denied: -1}
+func Apply(r *Request, cs []Counter) (d Decision) {
+	// d is the named result and every limit's state is written in place:
+	// a Decision is a few hundred bytes, and copying it showed in profiles.
+	d.Allowed, d.Denied = true, -1
+	d.n = len(r.Limits)
+	if d.n > inlineStates {
+		d.more = make([]LimitState, d.n-inlineStates)
+	}
 	cost := r.Cost
 	if cost <= 0 {
 		cost = 1
@@ -100,20 +106,18 @@ func Apply(r *Request, cs []Counter) Decision {
 	for i := range r.Limits {
 		l := &r.Limits[i]
 		c := &cs[i]
-		var s LimitState
+		s := d.statePtr(i)
 		if l.Algorithm == TokenBucket {
-			var wait time.Duration
-			s, wait = takeBucket(l, c, nowUs, cost, d.Denied < 0)
+			wait := takeBucket(l, c, nowUs, cost, d.Denied < 0, s)
 			d.RetryAfter = max(d.RetryAfter, wait)
 		} else {
 			roll(c, l, nowMs)
-			s = takeWindow(l, c, nowMs, nowNs, cost, d.Denied < 0)
+			takeWindow(l, c, nowMs, nowNs, cost, d.Denied < 0, s)
 		}
 		if s.Exceeded && d.Denied < 0 {
 			d.Allowed = false
 			d.Denied = i
 		}
-		d.SetState(i, s)
 	}
 	if d.Allowed {
 		d.RetryAfter = 0
@@ -157,7 +161,7 @@ func roll(c *Counter, l *Limit, nowMs int64) {
 
 // takeWindow evaluates a fixed or sliding limit. When add is true the cost
 // is added to c.Cur (tentatively; Apply undoes it if needed).
-func takeWindow(l *Limit, c *Counter, nowMs, nowNs, cost int64, add bool) LimitState {
+func takeWindow(l *Limit, c *Counter, nowMs, nowNs, cost int64, add bool, s *LimitState) {
 	w := int64(l.Window / time.Millisecond)
 	e := nowMs - c.Start // ms elapsed in the window; negative after a clock step back
 	if e < 0 {
@@ -165,7 +169,7 @@ func takeWindow(l *Limit, c *Counter, nowMs, nowNs, cost int64, add bool) LimitS
 	}
 	rem := w - e // weight numerator of the previous window, in 1..w
 	windowEnd := time.Duration((c.Start+w)*int64(time.Millisecond) - nowNs)
-	s := LimitState{Limit: *l}
+	*s = LimitState{Limit: *l}
 	cur := c.Cur
 	if add {
 		cur += cost
@@ -194,7 +198,6 @@ func takeWindow(l *Limit, c *Counter, nowMs, nowNs, cost int64, add bool) LimitS
 		}
 		s.Reset = windowEnd
 	}
-	return s
 }
 
 // windowWait returns how long until a call of cost would pass l, given the
@@ -253,12 +256,12 @@ func windowWait(l *Limit, start, cur, prev, nowMs, nowNs, cost int64) time.Durat
 
 // takeBucket evaluates a token bucket. When add is true and the call fits,
 // the TAT moves (tentatively; Apply undoes it if the call is denied).
-func takeBucket(l *Limit, c *Counter, nowUs, cost int64, add bool) (LimitState, time.Duration) {
+func takeBucket(l *Limit, c *Counter, nowUs, cost int64, add bool, s *LimitState) time.Duration {
 	burst := l.Capacity()
 	t := emission(l)
 	tau := satMul(burst, t) // bucket depth in µs
 	tat := max(c.Start, nowUs)
-	s := LimitState{Limit: *l}
+	*s = LimitState{Limit: *l}
 	var wait time.Duration
 	newTAT := tat
 	if cost > burst {
@@ -280,7 +283,7 @@ func takeBucket(l *Limit, c *Counter, nowUs, cost int64, add bool) (LimitState, 
 	}
 	s.Used = float64(burst - s.Remaining)
 	s.Reset = max(time.Duration(newTAT-nowUs)*time.Microsecond, 0)
-	return s, wait
+	return wait
 }
 
 // emission returns a token bucket's emission interval T: the microseconds

@@ -4,10 +4,11 @@ package memorystore
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"math/bits"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,7 +26,7 @@ type Options struct {
 	// limit takes two), plus one per key that has live leases. It is
 	// enforced per shard, each holding at most MaxKeys/Shards rounded up.
 	// See Store for what happens when a shard is full. Default 1,000,000
-	// (about 100 MB with short keys).
+	// (about 100 MB at the worst point of Go's map growth).
 	MaxKeys int
 	// Shards is the number of independently locked parts of the store,
 	// rounded up to a power of two and capped at MaxKeys. More shards mean
@@ -49,10 +50,13 @@ const (
 // A Store keeps counters and leases in process memory. It is safe for
 // concurrent use; calls on keys of different shards never contend.
 //
-// Each counter is one 32-byte entry in a per-shard slab, indexed by a map
-// from the key and the limit's CounterID (one per key and window) to its
-// position: no per-entry pointers besides the index key, the store's own
-// copy of the key. At a million idle keys that is about 115 bytes a key.
+// Each counter (one per key and limit window, see Limit.CounterID) is a
+// 32-byte entry in a per-shard slab, found through a map from a 128-bit
+// fingerprint of the key and window to the entry's position. The store
+// keeps no copy of counter keys and no per-entry pointers: at a million
+// idle keys a key costs about 96 bytes. Two keys share a counter only if two
+// independently seeded 64-bit hashes of them both collide, a chance of
+// about 2^-128 per pair of keys: never, in practice.
 //
 // Memory is bounded in two ways. Idle entries die: a counter is dead once
 // it can no longer affect a decision (ratelimit.Counter.Expiry: two windows
@@ -73,10 +77,10 @@ const (
 // The store decides by Request.Now (zero means time.Now()); the sweeper uses
 // the wall clock. Decisions on existing keys do not allocate.
 type Store struct {
-	shards   []shard
-	mask     uint64
-	perShard int
-	seed     maphash.Seed
+	shards       []shard
+	mask         uint64
+	perShard     int
+	seed1, seed2 maphash.Seed
 
 	closed atomic.Bool
 	stop   chan struct{}
@@ -91,11 +95,10 @@ var _ ratelimit.Store = (*Store)(nil)
 //
 // Counters live by value in a slab; the map only indexes them. A decision on
 // an existing key then updates the slab in place and never writes the map,
-// and a map slot is 24 bytes instead of the 56 a (key, id) → entry map
-// would take.
+// and a map slot is 24 bytes.
 type shardData struct {
 	mu    sync.Mutex
-	index map[string]uint32 // entry key (see appendEntryKey) -> slab position
+	index map[fingerprint]uint32 // -> slab position
 	// slab holds the entries in fixed-size chunks, so that growing it
 	// never copies it nor leaves more than one chunk unused.
 	slab []*[chunkSize]entry
@@ -122,20 +125,21 @@ type lease struct {
 	exp int64 // Unix ns; the lease is alive while now < exp
 }
 
-// appendEntryKey appends the index key of the counter id of key to b: id
-// as a uvarint, then key's bytes. The uvarint is self-delimiting, so
-// distinct (id, key) pairs never share an index key.
-func appendEntryKey(b []byte, id uint64, key string) []byte {
-	return append(binary.AppendUvarint(b, id), key...)
+// A fingerprint identifies a counter: a 128-bit hash of a key and a limit's
+// CounterID.
+type fingerprint struct{ a, b uint64 }
+
+// keyHash returns two independent hashes of key.
+func (s *Store) keyHash(key string) (h1, h2 uint64) {
+	return maphash.String(s.seed1, key), maphash.String(s.seed2, key)
 }
 
-// entryKeyIs reports whether the index key k belongs to key.
-func entryKeyIs(k, key string) bool {
-	n := 0
-	for n < len(k) && k[n]&0x80 != 0 {
-		n++
-	}
-	return n < len(k) && k[n+1:] == key
+// fingerprintOf combines key's hashes with a counter id. Multiplying by an
+// odd constant and xoring are both one-to-one, so one key's windows never
+// share a fingerprint; two keys' fingerprints collide only if both their
+// hashes do.
+func fingerprintOf(h1, h2, id uint64) fingerprint {
+	return fingerprint{h1 ^ id*0x9e3779b97f4a7c15, h2 ^ id*0xc2b2ae3d27d4eb4f}
 }
 
 const (
@@ -163,8 +167,8 @@ func (sh *shard) put(e entry) uint32 {
 	return p
 }
 
-// drop deletes the index key k, which points at p.
-func (sh *shard) drop(k string, p uint32) {
+// drop deletes the fingerprint k, which points at p.
+func (sh *shard) drop(k fingerprint, p uint32) {
 	delete(sh.index, k)
 	*sh.at(p) = entry{}
 	sh.free = append(sh.free, p)
@@ -188,12 +192,13 @@ func New(o Options) *Store {
 		shards:   make([]shard, n),
 		mask:     uint64(n - 1),
 		perShard: (o.MaxKeys + n - 1) / n,
-		seed:     maphash.MakeSeed(),
+		seed1:    maphash.MakeSeed(),
+		seed2:    maphash.MakeSeed(),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
 	for i := range s.shards {
-		s.shards[i].index = make(map[string]uint32)
+		s.shards[i].index = make(map[fingerprint]uint32)
 		s.shards[i].leases = make(map[string][]lease)
 	}
 	if o.SweepInterval > 0 {
@@ -204,49 +209,47 @@ func New(o Options) *Store {
 	return s
 }
 
-func (s *Store) shardOf(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)&s.mask]
-}
+func (s *Store) shardOf(h1 uint64) *shard { return &s.shards[h1&s.mask] }
 
 // Take decides r; see ratelimit.Store. It returns an error wrapping
 // ratelimit.ErrInvalidLimit for an invalid request, ratelimit.ErrClosed
 // after Close, and ratelimit.ErrStoreFull when r needs a new entry in a
 // shard full of live leases. Take never waits for anything but one shard's
 // lock.
-func (s *Store) Take(_ context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
+//
+// d is a named result so that Apply's decision is not copied on its way
+// out: a Decision is a few hundred bytes.
+func (s *Store) Take(_ context.Context, r ratelimit.Request) (d ratelimit.Decision, err error) {
 	if s.closed.Load() {
-		return ratelimit.Decision{}, ratelimit.ErrClosed
+		return d, ratelimit.ErrClosed
 	}
 	if err := ratelimit.ValidateLimits(r.Limits); err != nil {
-		return ratelimit.Decision{}, fmt.Errorf("memorystore: %w", err)
+		return d, fmt.Errorf("memorystore: %w", err)
 	}
 	if r.Cost < 0 {
-		return ratelimit.Decision{}, fmt.Errorf("memorystore: %w: cost must not be negative, got %d", ratelimit.ErrInvalidLimit, r.Cost)
+		return d, fmt.Errorf("memorystore: %w: cost must not be negative, got %d", ratelimit.ErrInvalidLimit, r.Cost)
 	}
 	if r.Now.IsZero() {
 		r.Now = time.Now()
 	}
 	now := r.Now.UnixNano()
 
-	// Up to four limits are decided without allocating; an index key
-	// longer than kb (a key over 100 bytes) costs one allocation.
+	// Up to four limits are decided without allocating.
 	var (
 		inlineC   [4]ratelimit.Counter
 		inlinePos [4]int64
-		kb        [112]byte
 	)
 	cs, pos := inlineC[:0], inlinePos[:0]
 	if len(r.Limits) > len(inlineC) {
 		cs = make([]ratelimit.Counter, 0, len(r.Limits))
 		pos = make([]int64, 0, len(r.Limits))
 	}
-	sh := s.shardOf(r.Key)
+	h1, h2 := s.keyHash(r.Key)
+	sh := s.shardOf(h1)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	missing := 0
 	for i := range r.Limits {
-		k := appendEntryKey(kb[:0], r.Limits[i].CounterID(), r.Key)
-		if p, ok := sh.index[string(k)]; ok {
+		if p, ok := sh.index[fingerprintOf(h1, h2, r.Limits[i].CounterID())]; ok {
 			cs = append(cs, sh.at(p).c)
 			pos = append(pos, int64(p))
 		} else {
@@ -255,11 +258,12 @@ func (s *Store) Take(_ context.Context, r ratelimit.Request) (ratelimit.Decision
 			missing++
 		}
 	}
-	// Eviction spares r.Key's entries, so the positions found stay valid.
-	if missing > 0 && !sh.makeRoom(missing, s.perShard, r.Key, now) {
-		return ratelimit.Decision{}, fmt.Errorf("memorystore: %w: no room for key %q", ratelimit.ErrStoreFull, r.Key)
+	// Eviction spares the positions found, so they stay valid.
+	if missing > 0 && !sh.makeRoom(missing, s.perShard, pos, now) {
+		sh.mu.Unlock()
+		return d, fmt.Errorf("memorystore: %w: no room for key %q", ratelimit.ErrStoreFull, r.Key)
 	}
-	d := ratelimit.Apply(&r, cs)
+	d = ratelimit.Apply(&r, cs)
 	for i := range r.Limits {
 		e := entry{c: cs[i], exp: cs[i].Expiry(r.Limits[i])}
 		if pos[i] >= 0 {
@@ -269,40 +273,40 @@ func (s *Store) Take(_ context.Context, r ratelimit.Request) (ratelimit.Decision
 		if e.c == (ratelimit.Counter{}) {
 			continue // nothing to remember
 		}
-		k := appendEntryKey(kb[:0], r.Limits[i].CounterID(), r.Key)
-		if p, ok := sh.index[string(k)]; ok { // two limits of one window
+		k := fingerprintOf(h1, h2, r.Limits[i].CounterID())
+		if p, ok := sh.index[k]; ok { // two limits of one window
 			*sh.at(p) = e
 			continue
 		}
-		// string(k) copies the key: the caller's string may pin a larger
-		// buffer.
-		sh.index[string(k)] = sh.put(e)
+		sh.index[k] = sh.put(e)
 	}
+	sh.mu.Unlock()
 	return d, nil
 }
 
-// makeRoom evicts until n more entries fit in sh, sparing the entries of
-// key, and reports whether they fit. sh.mu must be held.
-func (sh *shard) makeRoom(n, limit int, key string, now int64) bool {
+// makeRoom evicts until n more entries fit in sh, sparing the slab
+// positions in spare (negative ones are ignored), and reports whether they
+// fit. sh.mu must be held.
+func (sh *shard) makeRoom(n, limit int, spare []int64, now int64) bool {
 	for len(sh.index)+len(sh.leases)+n > limit {
-		if !sh.evict(key, now) {
+		if !sh.evict(spare, now) {
 			return false
 		}
 	}
 	return true
 }
 
-// evict drops at least one entry of sh other than key's, following the
-// rule in Store's comment, and reports whether it could. sh.mu must be
-// held.
-func (sh *shard) evict(key string, now int64) bool {
-	var victim string
+// evict drops at least one entry of sh, sparing the slab positions in
+// spare and following the rule in Store's comment, and reports whether it
+// could. sh.mu must be held.
+func (sh *shard) evict(spare []int64, now int64) bool {
+	var victim fingerprint
 	var victimPos uint32
 	victimExp := int64(0)
 	found, dropped := false, false
 	seen := 0
 	for k, p := range sh.index {
-		if entryKeyIs(k, key) {
+		if slices.Contains(spare, int64(p)) {
 			continue
 		}
 		if exp := sh.at(p).exp; exp <= now {
@@ -322,9 +326,9 @@ func (sh *shard) evict(key string, now int64) bool {
 		sh.drop(victim, victimPos)
 		return true
 	}
-	// Only key's counters and leases are left: drop lapsed lease sets.
+	// Only spared counters and leases are left: drop lapsed lease sets.
 	for k, ls := range sh.leases {
-		if k != key && allLapsed(ls, now) {
+		if allLapsed(ls, now) {
 			delete(sh.leases, k)
 			return true
 		}
@@ -355,8 +359,12 @@ func (s *Store) Acquire(_ context.Context, r ratelimit.LeaseRequest) (ratelimit.
 	}
 	now := r.Now.UnixNano()
 	exp := now + int64(r.TTL)
+	if exp < now { // a TTL of centuries: the lease never lapses
+		exp = math.MaxInt64
+	}
 
-	sh := s.shardOf(r.Key)
+	h1, _ := s.keyHash(r.Key)
+	sh := s.shardOf(h1)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	ls, existed := sh.leases[r.Key]
@@ -379,7 +387,7 @@ func (s *Store) Acquire(_ context.Context, r ratelimit.LeaseRequest) (ratelimit.
 		ls[held].exp = exp
 		out.Allowed = true
 	case int64(len(ls)) < r.Max:
-		if !existed && !sh.makeRoom(1, s.perShard, r.Key, now) {
+		if !existed && !sh.makeRoom(1, s.perShard, nil, now) {
 			return ratelimit.Lease{}, fmt.Errorf("memorystore: %w: no room for key %q", ratelimit.ErrStoreFull, r.Key)
 		}
 		ls = append(ls, lease{id: strings.Clone(r.ID), exp: exp})
@@ -413,7 +421,8 @@ func (s *Store) Release(_ context.Context, key, id string) error {
 	if s.closed.Load() {
 		return ratelimit.ErrClosed
 	}
-	sh := s.shardOf(key)
+	h1, _ := s.keyHash(key)
+	sh := s.shardOf(h1)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	ls, ok := sh.leases[key]
