@@ -47,6 +47,11 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		}
 	}()
 
+	if cl := ctx.Request.Header.ContentLength(); cl > g.server.MaxRequestBodySize {
+		x.RespondError(fasthttp.StatusRequestEntityTooLarge, "Request size limit exceeded")
+		ctx.SetConnectionClose() // the unread body makes the connection unusable
+		return
+	}
 	gen := g.gen.Load()
 	if gen == nil {
 		x.RespondError(fasthttp.StatusServiceUnavailable, "no configuration loaded")
@@ -348,6 +353,14 @@ func (g *Gateway) upstream(svc *kongconf.Service) *fasthttp.HostClient {
 // is left to the handler.
 func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) bool {
 	clientClose := ctx.Request.Header.ConnectionClose()
+	var limited *limitedBody
+	if ctx.Request.IsBodyStream() && ctx.Request.Header.ContentLength() < 0 {
+		// fasthttp bounds only bodies with a Content-Length when streaming;
+		// a chunked body is cut here. The server loop keeps its own
+		// reference to the original stream and drains it.
+		limited = &limitedBody{r: ctx.Request.BodyStream(), left: int64(g.server.MaxRequestBodySize)}
+		ctx.Request.SetBodyStream(limited, -1)
+	}
 	g.prepareUpstream(ctx, x, false)
 	hc := g.upstream(x.Service)
 	uresp := fasthttp.AcquireResponse()
@@ -357,6 +370,11 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) 
 	}
 	if err != nil {
 		fasthttp.ReleaseResponse(uresp)
+		if limited != nil && limited.exceeded {
+			ctx.SetConnectionClose()
+			x.RespondError(fasthttp.StatusRequestEntityTooLarge, "Request size limit exceeded")
+			return false
+		}
 		kind, status, msg := "connect", fasthttp.StatusBadGateway, "An invalid response was received from the upstream server"
 		if isTimeout(err) || errors.Is(err, fasthttp.ErrTimeout) {
 			kind, status, msg = "timeout", fasthttp.StatusGatewayTimeout, "The upstream server is timing out"
@@ -388,6 +406,35 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) 
 	ctx.Response.SetBodyStream(body, n)
 	ctx.Response.ImmediateHeaderFlush = true
 	return true
+}
+
+// errBodyTooLarge ends a chunked request body over the size limit.
+var errBodyTooLarge = errors.New("gateway: request body too large")
+
+// limitedBody passes at most left bytes of a request body.
+type limitedBody struct {
+	r        io.Reader
+	left     int64
+	exceeded bool
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		// One byte more tells an exact fit from an overflow.
+		var one [1]byte
+		n, err := b.r.Read(one[:])
+		if n > 0 {
+			b.exceeded = true
+			return 0, errBodyTooLarge
+		}
+		return 0, err
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
 
 // upstreamBody streams an upstream response body to the client and, once

@@ -17,6 +17,7 @@ func DefaultPlugins() []PluginFactory {
 		{Name: "key-auth", Priority: PriorityKeyAuth, New: newKeyAuth},
 		{Name: "rate-limiting-advanced", Priority: PriorityRateLimitingAdv, New: newRateLimitingAdvanced},
 		{Name: "rate-limiting", Priority: PriorityRateLimiting, New: newRateLimitingBasic},
+		{Name: "sluice-concurrency", Priority: PriorityConcurrency, New: newConcurrency},
 		{Name: "request-termination", Priority: PriorityRequestTermination, New: newRequestTermination},
 	}
 }
