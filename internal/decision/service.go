@@ -47,10 +47,10 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives reloads and store failures; nil discards them.
 	Logger *slog.Logger
-	// OnReload, when set, is called after every reload attempt by Reload,
-	// ReloadFile or Watch with the generation in use afterwards and the
-	// reload's error (nil when the new configuration is in use). It runs on
-	// the reloading goroutine.
+	// OnReload, when set, is called after every reload attempt by Reload
+	// with the generation in use afterwards and the reload's error (nil
+	// when the new configuration is in use). It runs on the reloading
+	// goroutine.
 	OnReload func(generation uint64, err error)
 }
 
@@ -114,8 +114,8 @@ func Open(cfg *Config, opts Options) (*Service, error) {
 }
 
 // OpenFile parses the configuration file at path, opens its store and
-// returns a Service over it that closes the store in Close. ReloadFile and
-// Watch compare later contents of the file with this one.
+// returns a Service over it that closes the store in Close. Reload ignores
+// later deliveries of the same content.
 func OpenFile(path string, opts Options) (*Service, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -163,8 +163,14 @@ func (s *Service) Config() *Config { return s.gen.Load().cfg }
 func (s *Service) Update(cfg *Config) error { return s.update(cfg, nil) }
 
 // Reload parses data and, when it is valid, makes it the configuration.
-// On error the old configuration stays in use.
+// On error the old configuration stays in use. Data equal to what the
+// configuration in use was loaded from (by OpenFile or Reload) is ignored,
+// so a watcher may deliver the same file twice.
 func (s *Service) Reload(data []byte) error {
+	sum := sha256.Sum256(data)
+	if hex.EncodeToString(sum[:]) == s.gen.Load().digest {
+		return nil
+	}
 	cfg, err := Parse(data)
 	if err == nil {
 		err = s.update(cfg, data)
