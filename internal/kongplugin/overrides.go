@@ -1,8 +1,12 @@
 package kongplugin
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"strings"
+
+	"github.com/seed-008287da/sluice/internal/configsource"
 
 	"github.com/seed-008287da/sluice/policy/dimensions"
 )
@@ -24,11 +28,47 @@ func (s OverridesSource) String() string {
 	return "etcd:" + strings.Join(s.EtcdEndpoints, ",") + s.EtcdPrefix
 }
 
-// A WatchFunc starts watching src and calls update with the full current
+// A WatchFunc starts watching src and calls apply with the full current
 // set of documents on start and after every change, from one goroutine at a
-// time. It returns a function that stops the watch and waits for it. The
-// sluice-dimensions binary wires it to internal/configsource.
-type WatchFunc func(src OverridesSource, update func(docs [][]byte)) (stop func(), err error)
+// time; a document apply rejects leaves the previous table in force. It
+// returns a function that stops the watch and waits for it.
+type WatchFunc func(src OverridesSource, apply func(docs [][]byte) error) (stop func(), err error)
+
+// ConfigSourceWatch is the default WatchFunc: a file watched with
+// configsource.File (every way of replacing a file, ConfigMap symlink swaps
+// included) or an etcd prefix watched with configsource.Etcd, whose keys'
+// values are merged into one table. Rejected documents and source errors
+// are logged to log.
+func ConfigSourceWatch(log *slog.Logger) WatchFunc {
+	return func(src OverridesSource, apply func([][]byte) error) (func(), error) {
+		h := configsource.Handlers{
+			Apply: func(doc configsource.Document) error { return apply(doc.Values()) },
+			Rejected: func(doc configsource.Document, err error) {
+				log.Error("sluice-dimensions: rejecting overrides", "source", doc.Source, "err", err)
+			},
+			Error: func(err error) {
+				log.Error("sluice-dimensions: watching overrides", "source", src.String(), "err", err)
+			},
+		}
+		ctx := context.Background()
+		var s configsource.Source
+		var err error
+		if src.File != "" {
+			s, err = configsource.OpenFile(ctx, src.File, configsource.FileOptions{Handlers: h})
+		} else {
+			s, err = configsource.OpenEtcd(ctx, configsource.EtcdOptions{Handlers: h,
+				Endpoints: src.EtcdEndpoints, Key: src.EtcdPrefix, Prefix: true})
+		}
+		if err != nil {
+			return nil, err
+		}
+		return func() {
+			if err := s.Close(); err != nil {
+				log.Error("sluice-dimensions: closing overrides source", "source", src.String(), "err", err)
+			}
+		}, nil
+	}
+}
 
 // overridesWatch is one watched source, shared by every instance that
 // names it.
@@ -65,25 +105,20 @@ func (p *Process) overridesFor(c *DimensionsConfig) (*dimensions.Overrides, erro
 	if w, ok := p.overrides[key]; ok {
 		return w.holder, nil
 	}
-	if p.watch == nil {
-		return nil, fmt.Errorf("overrides: this plugin server cannot watch %s", key)
-	}
 	w := &overridesWatch{holder: &dimensions.Overrides{}}
-	stop, err := p.watch(src, func(docs [][]byte) {
+	stop, err := p.watch(src, func(docs [][]byte) error {
 		if len(docs) == 0 {
 			// Nothing at the source: the configs' inline overrides apply.
 			w.holder.Store(nil)
-			return
+			return nil
 		}
 		t, err := dimensions.ParseOverrides(docs...)
 		if err != nil {
-			// A bad document keeps the table in force, as a reload keeps
-			// the running config.
-			p.log.Error("sluice-dimensions: rejecting overrides", "source", key, "err", err)
-			return
+			return err
 		}
 		w.holder.Store(t)
 		p.log.Info("sluice-dimensions: overrides loaded", "source", key, "overrides", t.Len())
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("overrides: watching %s: %w", key, err)

@@ -182,11 +182,11 @@ func TestDimensionsCompiledOncePerConfig(t *testing.T) {
 type scriptedWatch struct {
 	mu      sync.Mutex
 	srcs    []OverridesSource
-	updates []func([][]byte)
+	updates []func([][]byte) error
 	stopped int
 }
 
-func (w *scriptedWatch) watch(src OverridesSource, update func([][]byte)) (func(), error) {
+func (w *scriptedWatch) watch(src OverridesSource, update func([][]byte) error) (func(), error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.srcs = append(w.srcs, src)
@@ -215,12 +215,16 @@ func TestDimensionsLiveOverrides(t *testing.T) {
 	if len(w.updates) != 1 || w.srcs[0].File != "/etc/sluice/overrides.json" {
 		t.Fatalf("watches = %v", w.srcs)
 	}
-	w.updates[0]([][]byte{[]byte(`{"overrides": [{"dimension": "tenant", "value": "acme", "limit": [7], "window_size": [60]}]}`)})
+	if err := w.updates[0]([][]byte{[]byte(`{"overrides": [{"dimension": "tenant", "value": "acme", "limit": [7], "window_size": [60]}]}`)}); err != nil {
+		t.Fatal(err)
+	}
 	if rec := run(); !slices.Equal(rec.Quota, []ratelimit.Limit{ratelimit.PerMinute(7)}) {
 		t.Fatalf("quota after update = %v", rec.Quota)
 	}
-	// A broken document keeps the table in force.
-	w.updates[0]([][]byte{[]byte(`{"overrides": [{"dimension": "tenant"}]}`)})
+	// A broken document is rejected and keeps the table in force.
+	if err := w.updates[0]([][]byte{[]byte(`{"overrides": [{"dimension": "tenant"}]}`)}); err == nil {
+		t.Error("a broken overrides document was accepted")
+	}
 	if rec := run(); !slices.Equal(rec.Quota, []ratelimit.Limit{ratelimit.PerMinute(7)}) {
 		t.Fatalf("quota after a bad update = %v", rec.Quota)
 	}

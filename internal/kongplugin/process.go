@@ -53,8 +53,8 @@ type Options struct {
 	// server's Kong writes to its error log.
 	Logger *slog.Logger
 	// WatchOverrides watches the config centres that sluice-dimensions
-	// configs name for live quota overrides. Nil means configs that name a
-	// source are invalid.
+	// configs name for live quota overrides. Nil means
+	// ConfigSourceWatch(Logger).
 	WatchOverrides WatchFunc
 	// NewRedisLeaseStore builds the lease store of a sluice-concurrency
 	// namespace with strategy redis. Nil means RedisLeaseStore.
@@ -91,6 +91,9 @@ func NewProcess(opts Options) *Process {
 	}
 	if p.log == nil {
 		p.log = slog.Default()
+	}
+	if p.watch == nil {
+		p.watch = ConfigSourceWatch(p.log)
 	}
 	if p.registry == nil {
 		p.registry = policy.NewRegistry(policy.RegistryOptions{})
