@@ -1,0 +1,107 @@
+package decision
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/seed-008287da/sluice/internal/testservers"
+)
+
+func redisConfig(r *testservers.RedisServer, limit int) string {
+	return fmt.Sprintf(`
+store:
+  type: redis
+  redis: {host: %s, port: %d, clock: service, timeout: 2s}
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: hour, requests_per_unit: %d}
+  - key: s
+    rate_limit: {unit: hour, requests_per_unit: %d, algorithm: sliding}
+`, r.Host(), r.Port(), limit, limit)
+}
+
+// Two service instances (two nodes) share counters through a real
+// redis-server, exactly, under 64 concurrent gRPC callers; a reload keeps
+// the counters.
+func TestRedisStoreSharedAndExact(t *testing.T) {
+	r := testservers.Redis(t, testservers.RedisOptions{})
+	clk := newClock(t0)
+	var clients []func() (int, int)
+	var svcs []*Service
+	for range 2 {
+		s, err := Open(mustParse(t, redisConfig(r, 200)), clk.opts())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		svcs = append(svcs, s)
+		c, _ := serveGRPC(t, s)
+		clients = append(clients, func() (int, int) {
+			resp := call(t, c, request("d", desc("k", "x"), desc("s", "x")))
+			n := [2]int{}
+			for i, st := range resp.Statuses {
+				if st.Code == OK {
+					n[i] = 1
+				}
+			}
+			return n[0], n[1]
+		})
+	}
+	var mu sync.Mutex
+	fixed, sliding := 0, 0
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 5 {
+				f, s := clients[i%2]()
+				mu.Lock()
+				fixed += f
+				sliding += s
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if fixed != 200 || sliding != 200 {
+		t.Fatalf("allowed fixed %d, sliding %d of 320 calls; want 200 each", fixed, sliding)
+	}
+	// Raise the limit on one node: the other node's hits are still counted.
+	if err := svcs[0].Reload([]byte(redisConfig(r, 201))); err != nil {
+		t.Fatal(err)
+	}
+	if f, s := clients[0](); f != 1 || s != 1 {
+		t.Errorf("after reload to 201: %d %d, want one more each", f, s)
+	}
+	if f, s := clients[0](); f != 0 || s != 0 {
+		t.Errorf("202nd call: %d %d, want denied", f, s)
+	}
+	// Keys are length-prefixed inside the store's hash tag.
+	keys := fmt.Sprint(r.Do(t, "KEYS", "*"))
+	if !strings.Contains(keys, "decision") || !strings.Contains(keys, "3:rls1:d1:k1:x") {
+		t.Errorf("redis keys %s", keys)
+	}
+}
+
+// With Redis gone the store decides with local counters: the service keeps
+// answering, and never with an error.
+func TestRedisDownFallsBack(t *testing.T) {
+	r := testservers.Redis(t, testservers.RedisOptions{})
+	s, err := Open(mustParse(t, redisConfig(r, 2)), newClock(t0).opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c, _ := serveGRPC(t, s)
+	k := request("d", desc("k", "y"))
+	runSteps(t, c, []step{{"1", k, OK, codes_(OK), []uint32{1}, nil}})
+	r.Stop()
+	runSteps(t, c, []step{
+		{"2 (local)", k, OK, codes_(OK), nil, nil},
+		{"3 (local)", k, OVER, codes_(OVER), nil, nil},
+	})
+}
