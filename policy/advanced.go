@@ -247,6 +247,13 @@ func (a *Advanced) result(p *plan, key string, d *ratelimit.Decision, now time.T
 		// A store failure admitted the request: no headers to send.
 		return res
 	}
+	rep := d.Reported()
+	// Pins are kept for every window on every evaluation, headers sent or
+	// not, as Kong keeps them.
+	repStart := a.updatePins(p, key, d, rep, now)
+	rs := d.State(rep)
+	res.Window, res.Limit, res.Remaining = rs.Limit.Window, rs.Limit.Count, rs.Remaining
+	res.Reset = reset(p, rs, p.secs[rep], repStart, now)
 	if a.shadow {
 		res.Allowed = true
 		return res
@@ -255,10 +262,6 @@ func (a *Advanced) result(p *plan, key string, d *ratelimit.Decision, now time.T
 		res.Status = a.errorCode
 		res.Body = a.body
 	}
-	rep := d.Reported()
-	// Pins are kept for every window on every evaluation, headers sent or
-	// not, as Kong keeps them.
-	repStart := a.updatePins(p, key, d, rep, now)
 	if a.hide {
 		if !d.Allowed {
 			res.Headers = []Header{{hdrContentType, contentTypeJSON}}
@@ -266,12 +269,11 @@ func (a *Advanced) result(p *plan, key string, d *ratelimit.Decision, now time.T
 		return res
 	}
 	var ws [8]window
-	v := headerValues{windows: ws[:0], ietf: a.ietf, rejected: !d.Allowed, reported: rep}
+	v := headerValues{windows: ws[:0], ietf: a.ietf, rejected: !d.Allowed, reported: rep, reset: res.Reset}
 	for i := 0; i < d.Len(); i++ {
 		s := d.State(i)
 		v.windows = append(v.windows, window{limit: s.Limit.Count, remaining: s.Remaining})
 	}
-	v.reset = reset(p, d.State(rep), p.secs[rep], repStart, now)
 	if !d.Allowed {
 		v.retryAfter = v.reset + jitter(p.jitterMax, a.reg.opts.Rand)
 	}

@@ -392,6 +392,11 @@ func TestExtensions(t *testing.T) {
 	if res[0].Denied || !res[1].Denied || len(res[1].Headers) != 0 || res[1].Status != 0 {
 		t.Errorf("shadow results %+v", res)
 	}
+	// The report still says what the headers would have (rate 2 of 1:
+	// 60 s left plus 60 s of excess).
+	if r := res[1]; r.Window != time.Minute || r.Limit != 1 || r.Remaining != 0 || r.Reset != 120 {
+		t.Errorf("shadow report: window %s limit %d remaining %d reset %d", r.Window, r.Limit, r.Remaining, r.Reset)
+	}
 }
 
 // §6.1: the alphabetically first group with an instance runs.

@@ -315,20 +315,6 @@ func (b *Basic) failed(key string, err error) (Result, error) {
 // result builds the OSS response (spec §5.3 steps 3-4).
 func (b *Basic) result(key string, usage []int64, denied int, now time.Time) Result {
 	res := Result{Allowed: denied < 0, Denied: denied >= 0, Key: key}
-	if b.shadow {
-		res.Allowed = true
-		return res
-	}
-	if res.Denied {
-		res.Status = b.errorCode
-		res.Body = b.body
-	}
-	if b.hide {
-		if res.Denied {
-			res.Headers = []Header{{hdrContentType, contentTypeJSON}}
-		}
-		return res
-	}
 	var ws [6]window
 	v := headerValues{windows: ws[:len(usage)], ietf: b.ietf, rejected: res.Denied}
 	for i, u := range usage {
@@ -351,6 +337,21 @@ func (b *Basic) result(key string, usage []int64, denied int, now time.Time) Res
 		start = time.Unix(now.Unix()-floorMod(now.Unix(), secs), 0)
 	}
 	v.reset = max(1, int64(p.len/time.Second)-int64(now.Sub(start)/time.Second))
+	res.Window, res.Limit, res.Remaining, res.Reset = p.len, p.limit, ws[v.reported].remaining, v.reset
+	if b.shadow {
+		res.Allowed = true
+		return res
+	}
+	if res.Denied {
+		res.Status = b.errorCode
+		res.Body = b.body
+	}
+	if b.hide {
+		if res.Denied {
+			res.Headers = []Header{{hdrContentType, contentTypeJSON}}
+		}
+		return res
+	}
 	if res.Denied {
 		v.retryAfter = v.reset
 	}

@@ -3,6 +3,7 @@ package policy
 import (
 	"encoding/json"
 	"strconv"
+	"time"
 )
 
 // Header is one response header.
@@ -40,6 +41,15 @@ type Result struct {
 	// Retries is how many times a throttled request was evaluated again in
 	// the waiting room; 0 when it never waited.
 	Retries int
+
+	// The window the RateLimit-* headers describe (the one with the fewest
+	// remaining requests, on a tie the longest), as numbers, for metrics
+	// and shadow reports; set even when headers are hidden or in shadow
+	// mode, zero when the store failed.
+	Window    time.Duration // the window's length
+	Limit     int64         // its limit
+	Remaining int64         // requests left in it
+	Reset     int64         // RateLimit-Reset, seconds
 }
 
 // Header names. Kong's code writes the window names lower case; header
