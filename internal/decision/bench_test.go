@@ -1,0 +1,142 @@
+package decision
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/seed-008287da/sluice/internal/testservers"
+	"github.com/seed-008287da/sluice/ratelimit/memorystore"
+)
+
+// benchKeys is the number of distinct descriptor values the benchmark
+// cycles through; limits are never reached.
+const benchKeys = 10_000
+
+const benchConfig = `
+domain: bench
+descriptors:
+  - key: client
+    rate_limit: {unit: hour, requests_per_unit: 1000000000}
+`
+
+// closedLoop runs b.N calls from callers goroutines, each calling again as
+// soon as its previous call returns (closed loop, as the peer figures were
+// measured), over one gRPC connection per 16 callers. It reports calls/s.
+func closedLoop(b *testing.B, target string, callers int, call func(ctx context.Context, conn *grpc.ClientConn, i int) error) {
+	b.Helper()
+	conns := make([]*grpc.ClientConn, (callers+15)/16)
+	for i := range conns {
+		conns[i] = dial(b, target)
+		defer conns[i].Close()
+		if err := call(context.Background(), conns[i], 0); err != nil { // connect outside the timing
+			b.Fatal(err)
+		}
+	}
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			conn := conns[c%len(conns)]
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					return
+				}
+				if err := call(context.Background(), conn, int(i)); err != nil {
+					failed.Store(&err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err := failed.Load(); err != nil {
+		b.Fatal(*err)
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
+}
+
+func rlsCall(b *testing.B) func(ctx context.Context, conn *grpc.ClientConn, i int) error {
+	reqs := make([]*rlspb.RateLimitRequest, benchKeys)
+	for i := range reqs {
+		reqs[i] = request("bench", desc("client", "c"+strconv.Itoa(i)))
+	}
+	return func(ctx context.Context, conn *grpc.ClientConn, i int) error {
+		resp, err := rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, reqs[i%benchKeys])
+		if err == nil && resp.OverallCode != OK {
+			err = fmt.Errorf("call %d: %s", i, resp.OverallCode)
+		}
+		return err
+	}
+}
+
+// BenchmarkShouldRateLimit measures ShouldRateLimit through a real gRPC
+// connection on loopback, one descriptor per call over 10 000 keys, with
+// the memory store and with a real redis-server (synchronous: one Lua call
+// per decision). BenchmarkHealthCheck is the bar: a bare grpc-go call on
+// the same server.
+func BenchmarkShouldRateLimit(b *testing.B) {
+	for _, store := range []string{"memory", "redis"} {
+		for _, callers := range []int{1, 16, 64} {
+			b.Run(fmt.Sprintf("store=%s/callers=%d", store, callers), func(b *testing.B) {
+				var s *Service
+				var keys func() int
+				switch store {
+				case "memory":
+					st := memorystore.New(memorystore.Options{})
+					defer st.Close()
+					s = New(mustParse(b, benchConfig), st, Options{})
+					keys = st.Len
+				case "redis":
+					r := testservers.Redis(b, testservers.RedisOptions{})
+					var err error
+					s, err = Open(mustParse(b, fmt.Sprintf("store: {type: redis, redis: {host: %s, port: %d}}\n%s", r.Host(), r.Port(), benchConfig)), Options{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer s.Close()
+					keys = func() int {
+						n, _ := r.Do(b, "DBSIZE").(int64)
+						return int(n)
+					}
+				}
+				_, conn := serveGRPC(b, s)
+				closedLoop(b, conn.Target(), callers, rlsCall(b))
+				// The benchmark must really have spread over its keys.
+				if want := min(b.N, benchKeys); keys() < want {
+					b.Fatalf("%d keys counted, want at least %d", keys(), want)
+				}
+			})
+		}
+	}
+}
+
+func BenchmarkHealthCheck(b *testing.B) {
+	for _, callers := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
+			_, conn := serveGRPC(b, newService(b, benchConfig, Options{}))
+			req := &healthpb.HealthCheckRequest{}
+			closedLoop(b, conn.Target(), callers, func(ctx context.Context, conn *grpc.ClientConn, _ int) error {
+				_, err := healthpb.NewHealthClient(conn).Check(ctx, req)
+				return err
+			})
+		})
+	}
+}
