@@ -81,3 +81,25 @@ func TestBasicRedisPolicy(t *testing.T) {
 	})
 	runCalls(t, a, []call{{t: 61 * time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-Minute": "1"}}})
 }
+
+// ssl, ssl_verify and server_name reach the Redis client; the CA comes
+// from RegistryOptions.RedisTLS. A wrong server name fails verification.
+func TestRedisTLS(t *testing.T) {
+	srv := testservers.Redis(t, testservers.RedisOptions{TLS: true})
+	reg := newRegistry(t, RegistryOptions{RedisCallerClock: true, RedisTLS: srv.TLSConfig()})
+	tlsCfg := func(name string) string {
+		return `{"limit":[1],"window_size":[60],"namespace":"tls-` + name + `","strategy":"redis","sync_rate":0,` +
+			`"redis":{"host":"127.0.0.1","port":` + strconv.Itoa(srv.Port()) + `,"ssl":true,"ssl_verify":true,"server_name":"` + name + `"}}`
+	}
+	a := newAdvanced(t, reg, tlsCfg("localhost"))
+	runCalls(t, a, []call{{t: 0, allowed: true}, {t: time.Second, allowed: false}})
+
+	cfg, err := ParseAdvanced([]byte(tlsCfg("not-the-server")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := NewAdvanced(cfg, reg); err == nil {
+		b.Close()
+		t.Fatal("a TLS connection with the wrong server name succeeded")
+	}
+}

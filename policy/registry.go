@@ -2,6 +2,7 @@ package policy
 
 import (
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -60,6 +61,11 @@ type RegistryOptions struct {
 	// Logger receives the default Redis stores' state changes (fallback to
 	// local counters and back); nil discards them.
 	Logger *slog.Logger
+	// RedisTLS is the base TLS configuration of the default Redis clients
+	// when a config sets ssl: the root CAs that ssl_verify checks against
+	// (Kong's lua_ssl_trusted_certificate) and client certificates. Nil
+	// means the system roots. It is cloned, never modified.
+	RedisTLS *tls.Config
 }
 
 // RedisStoreConfig is what a Redis store of one namespace is built from.

@@ -52,7 +52,9 @@ func (r *Registry) newDefaultRedisStore(cfg RedisStoreConfig) (ratelimit.Store, 
 	fp := redisFingerprint(&cfg.Redis)
 	rc, ok := r.clients[fp]
 	if !ok {
-		c, err := redisstore.Dial(redisstoreConfig(&cfg.Redis))
+		rcfg := redisstoreConfig(&cfg.Redis)
+		rcfg.TLSConfig = r.opts.RedisTLS
+		c, err := redisstore.Dial(rcfg)
 		if err != nil {
 			return nil, err
 		}
