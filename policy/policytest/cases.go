@@ -106,7 +106,9 @@ const rejected = `{"message":"API rate limit exceeded"}`
 
 func ip(a string) Identity { return Identity{IP: a} }
 
-func consumer(id, fromIP string) Identity { return Identity{IP: fromIP, ConsumerID: id, ConsumerUsername: "u-" + id} }
+func consumer(id, fromIP string) Identity {
+	return Identity{IP: fromIP, ConsumerID: id, ConsumerUsername: "u-" + id}
+}
 
 // AdvancedCases returns the rate-limiting-advanced behaviour cases. Each
 // call returns fresh values.
