@@ -15,6 +15,7 @@ const (
 func DefaultPlugins() []PluginFactory {
 	return []PluginFactory{
 		{Name: "key-auth", Priority: PriorityKeyAuth, New: newKeyAuth},
+		{Name: "sluice-dimensions", Priority: PriorityDimensions, New: newSluiceDimensions},
 		{Name: "rate-limiting-advanced", Priority: PriorityRateLimitingAdv, New: newRateLimitingAdvanced},
 		{Name: "rate-limiting", Priority: PriorityRateLimiting, New: newRateLimitingBasic},
 		{Name: "sluice-concurrency", Priority: PriorityConcurrency, New: newConcurrency},

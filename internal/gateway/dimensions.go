@@ -1,0 +1,180 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/seed-008287da/sluice/internal/configsource"
+	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+	"github.com/seed-008287da/sluice/policy/dimensions"
+)
+
+// sluiceDimensions is the business plugin: it builds a composite key from
+// request dimensions (package policy/dimensions) and hands it, with the
+// quota override of that key, to the rate-limiting plugins that run after
+// it (identifier "dimension"). Its config is a dimensions config plus
+// where live quota overrides come from:
+//
+//	overrides_file            a file of {"overrides": [...]}, watched
+//	overrides_etcd_endpoints  etcd endpoints, with
+//	overrides_etcd_prefix     a prefix whose keys each hold such a document
+//
+// The watched table is shared by every generation (a reload keeps it);
+// until it delivers, the inline overrides apply.
+type sluiceDimensions struct {
+	b     *dimensions.Builder
+	needs dimensions.Needs
+}
+
+// overridesSource is a watched quota table kept in Shared.
+type overridesSource struct {
+	holder *dimensions.Overrides
+	src    configsource.Source
+}
+
+func (o *overridesSource) Close() error { return o.src.Close() }
+
+func newSluiceDimensions(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, kongconf.Errors{{Path: "config", Msg: err.Error()}}
+	}
+	var file, prefix string
+	var endpoints []string
+	var errs kongconf.Errors
+	take := func(name string, dst any) {
+		if v, ok := m[name]; ok {
+			if err := json.Unmarshal(v, dst); err != nil {
+				errs = append(errs, kongconf.FieldError{Path: "config." + name, Msg: "wrong type: " + err.Error()})
+			}
+			delete(m, name)
+		}
+	}
+	take("overrides_file", &file)
+	take("overrides_etcd_endpoints", &endpoints)
+	take("overrides_etcd_prefix", &prefix)
+	if (len(endpoints) > 0) != (prefix != "") {
+		errs = append(errs, kongconf.FieldError{Path: "config.overrides_etcd_prefix", Msg: "overrides_etcd_endpoints and overrides_etcd_prefix go together"})
+	}
+	if file != "" && prefix != "" {
+		errs = append(errs, kongconf.FieldError{Path: "config.overrides_file", Msg: "use either overrides_file or overrides_etcd_*"})
+	}
+	rest, _ := json.Marshal(m) // re-encoding decoded JSON cannot fail
+	var holder *dimensions.Overrides
+	if len(errs) == 0 && (file != "" || prefix != "") {
+		h, err := liveOverrides(env, file, endpoints, prefix)
+		if err != nil {
+			errs = append(errs, kongconf.FieldError{Path: "config", Msg: err.Error()})
+		}
+		holder = h
+	}
+	b, err := dimensions.New(rest, dimensions.Options{Overrides: holder})
+	if err != nil {
+		var ce *dimensions.ConfigError
+		if !errors.As(err, &ce) {
+			return nil, err
+		}
+		for _, fe := range ce.Errors {
+			errs = append(errs, kongconf.FieldError{Path: joinPath("config", fe.Field), Msg: fe.Message})
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return &sluiceDimensions{b: b, needs: b.Needs()}, nil
+}
+
+// liveOverrides opens (once per source, across reloads) the watched
+// overrides and returns their holder.
+func liveOverrides(env *BuildEnv, file string, endpoints []string, prefix string) (*dimensions.Overrides, error) {
+	key := "overrides|file|" + file
+	if prefix != "" {
+		key = "overrides|etcd|" + strings.Join(endpoints, ",") + "|" + prefix
+	}
+	v, err := env.Shared.Value(key, func() (io.Closer, error) {
+		holder := &dimensions.Overrides{}
+		h := configsource.Handlers{
+			Apply: func(d configsource.Document) error {
+				t, err := dimensions.ParseOverrides(d.Values()...)
+				if err != nil {
+					return err
+				}
+				holder.Store(t)
+				return nil
+			},
+			Rejected: func(d configsource.Document, err error) {
+				env.Logger.Error("quota overrides rejected", "source", d.Source, "error", err.Error())
+			},
+			Error: func(err error) { env.Logger.Warn("quota overrides source", "error", err.Error()) },
+		}
+		var src configsource.Source
+		var err error
+		if file != "" {
+			src, err = configsource.OpenFile(context.Background(), file, configsource.FileOptions{Handlers: h})
+		} else {
+			src, err = configsource.OpenEtcd(context.Background(), configsource.EtcdOptions{
+				Handlers: h, Endpoints: endpoints, Key: prefix, Prefix: true,
+			})
+		}
+		if err != nil {
+			return nil, fmt.Errorf("opening quota overrides: %w", err)
+		}
+		return &overridesSource{holder: holder, src: src}, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*overridesSource).holder, nil
+}
+
+func (d *sluiceDimensions) Access(x *Exchange) error {
+	var in dimensions.Input
+	in.Now = x.Now
+	n := &d.needs
+	if n.Method {
+		in.Method = x.Method()
+	}
+	if n.Path {
+		in.Path = x.Path()
+	}
+	if n.ClientIP {
+		in.ClientIP = x.ClientIP.String()
+	}
+	if n.Consumer && x.Consumer != nil {
+		in.Consumer = dimensions.ConsumerInfo{ID: x.Consumer.ID, Username: x.Consumer.Username, CustomID: x.Consumer.CustomID}
+	}
+	if n.Route && x.Route != nil {
+		in.Route = dimensions.Entity{ID: x.Route.ID, Name: x.Route.Name}
+	}
+	if n.Service && x.Service != nil {
+		in.Service = dimensions.Entity{ID: x.Service.ID, Name: x.Service.Name}
+	}
+	for _, h := range n.Headers {
+		if v := x.Header(h); v != "" {
+			in.SetHeader(h, v)
+		}
+	}
+	for _, q := range n.Query {
+		if v := x.Query(q); v != "" {
+			in.SetQuery(q, v)
+		}
+	}
+	res := d.b.Resolve(&in)
+	if !res.OK {
+		x.Outcome("sluice-dimensions", "no_key")
+		return nil
+	}
+	x.Identifier = res.Key
+	if res.Overridden {
+		x.Quota = res.Quota.Limits
+		x.QuotaAlgorithmSet = res.Quota.AlgorithmSet
+		x.Outcome("sluice-dimensions", "override")
+		return nil
+	}
+	x.Outcome("sluice-dimensions", "keyed")
+	return nil
+}
