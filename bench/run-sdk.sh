@@ -2,12 +2,17 @@
 # run-sdk.sh: the in-process comparison of issue 2, peers and sluice in one
 # run, same key distributions, limits never reached.
 #
-# Usage: bench/run-sdk.sh        (COUNT=5 BENCHTIME=1s OUT=/tmp/sluice-bench-sdk)
+# Usage: bench/run-sdk.sh   (COUNT=5 KEYS_COUNT=3 MEM_COUNT=2 BENCHTIME=1s OUT=/tmp/sluice-bench-sdk)
+# COUNT repeats the hot-key runs, KEYS_COUNT the 100k/1M-key runs (each
+# repetition refills every limiter with the keys), MEM_COUNT the memory
+# measurement. The defaults take about 7 minutes on 2 idle cores.
 # Raw output (benchstat-friendly) goes to $OUT/*.txt; medians and ratios to
 # the terminal.
 set -euo pipefail
 cd "$(dirname "$0")"
 COUNT=${COUNT:-5}
+KEYS_COUNT=${KEYS_COUNT:-3}
+MEM_COUNT=${MEM_COUNT:-2}
 BENCHTIME=${BENCHTIME:-1s}
 OUT=${OUT:-/tmp/sluice-bench-sdk}
 mkdir -p "$OUT"
@@ -16,15 +21,16 @@ mkdir -p "$OUT"
 echo "== building"
 x go test -c -o "$OUT/bench.test" .
 x go build -o "$OUT/benchtable" ./cmd/benchtable
+x go build -o "$OUT/keymem" ./cmd/keymem
 
 echo "== one hot key, 1 and 2 procs"
 x "$OUT/bench.test" -test.run '^$' -test.bench '^BenchmarkHotKey$' -test.cpu 1,2 \
   -test.count "$COUNT" -test.benchtime "$BENCHTIME" | tee "$OUT/hotkey.txt"
 echo "== 100k and 1M random keys, 2 procs"
 x "$OUT/bench.test" -test.run '^$' -test.bench '^BenchmarkKeys$' -test.cpu 2 \
-  -test.count "$COUNT" -test.benchtime "$BENCHTIME" | tee "$OUT/keys.txt"
+  -test.count "$KEYS_COUNT" -test.benchtime "$BENCHTIME" | tee "$OUT/keys.txt"
 echo "== bytes per idle key at 1M keys"
-for i in 1 2 3; do x go run ./cmd/keymem -keys 1000000; done | tee "$OUT/keymem.txt"
+for i in $(seq 1 "$MEM_COUNT"); do x "$OUT/keymem" -keys 1000000; done | tee "$OUT/keymem.txt"
 
 echo "== medians (ratios: ns/op against the x/time/rate reference of each table)"
 x "$OUT/benchtable" -ref xtime-one "$OUT/hotkey.txt"
