@@ -103,3 +103,30 @@ func TestRedisTLS(t *testing.T) {
 		t.Fatal("a TLS connection with the wrong server name succeeded")
 	}
 }
+
+// A Redis that does not answer when the config is compiled: the namespace
+// counts locally, then moves to Redis once it answers (a fresh Redis: the
+// local count is not carried over, as in Kong).
+func TestRedisUnreachableAtStart(t *testing.T) {
+	srv := testservers.Redis(t, testservers.RedisOptions{})
+	srv.Stop()
+	reg := newRegistry(t, RegistryOptions{RedisCallerClock: true})
+	a := newAdvanced(t, reg, `{"limit":[100],"window_size":[3600],"window_type":"fixed","namespace":"late","identifier":"ip","strategy":"redis","sync_rate":0,`+redisConfigJSON(srv)+`}`)
+	runCalls(t, a, []call{{t: 0, allowed: true, headers: want{"X-RateLimit-Remaining-hour": "99"}}})
+
+	ds, ok := a.store.(*dialingStore)
+	if !ok {
+		t.Fatalf("store %T, want a dialing store", a.store)
+	}
+
+	srv.Restart(t)
+	select {
+	case <-ds.connected:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the namespace never moved to redis")
+	}
+	runCalls(t, a, []call{{t: time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-hour": "99"}}})
+	if n, ok := srv.Do(t, "DBSIZE").(int64); !ok || n == 0 {
+		t.Errorf("redis holds %v keys after a decision, want some", srv.Do(t, "DBSIZE"))
+	}
+}

@@ -1,8 +1,12 @@
 package policy
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/seed-008287da/sluice/ratelimit"
@@ -45,22 +49,37 @@ func (s sharedRedisStore) Close() error {
 // newDefaultRedisStore builds a namespace's Redis store over the client
 // shared by its Redis config, dialling it on first use. Called with r.mu
 // held (from acquire).
+//
+// A config the client rejects is an error. A Redis that does not answer
+// is not: the namespace then counts locally, as Kong does while Redis is
+// down, and a goroutine owned by the store dials again every second until
+// it connects (see dialingStore).
 func (r *Registry) newDefaultRedisStore(cfg RedisStoreConfig) (ratelimit.Store, error) {
 	if cfg.Redis.CloudAuthentication != nil && cfg.Redis.CloudAuthentication.AuthProvider != nil {
 		return nil, fmt.Errorf("%w: redis cloud_authentication is not supported", ErrStrategyUnavailable)
 	}
 	fp := redisFingerprint(&cfg.Redis)
-	rc, ok := r.clients[fp]
-	if !ok {
-		rcfg := redisstoreConfig(&cfg.Redis)
-		rcfg.TLSConfig = r.opts.RedisTLS
-		c, err := redisstore.Dial(rcfg)
-		if err != nil {
+	if _, ok := r.clients[fp]; !ok {
+		c, err := redisstore.Dial(r.redisConfig(&cfg.Redis))
+		if errors.Is(err, redisstore.ErrConfig) {
 			return nil, err
 		}
-		rc = &redisClient{c: c}
-		r.clients[fp] = rc
+		if err != nil {
+			if r.opts.Logger != nil {
+				r.opts.Logger.Warn("policy: redis unreachable, counting locally until it answers",
+					"namespace", cfg.Namespace, "error", err)
+			}
+			return newDialingStore(r, cfg, fp), nil
+		}
+		r.clients[fp] = &redisClient{c: c}
 	}
+	return r.redisStoreLocked(cfg, fp)
+}
+
+// redisStoreLocked builds a store over the registered client of fp.
+// Called with r.mu held.
+func (r *Registry) redisStoreLocked(cfg RedisStoreConfig, fp string) (ratelimit.Store, error) {
+	rc := r.clients[fp]
 	syncRate := redisstore.LocalOnly
 	if cfg.SyncRate >= 0 {
 		syncRate = time.Duration(cfg.SyncRate * float64(time.Second))
@@ -88,6 +107,127 @@ func (r *Registry) newDefaultRedisStore(cfg RedisStoreConfig) (ratelimit.Store, 
 			delete(r.clients, fp)
 		}
 	}}, nil
+}
+
+func (r *Registry) redisConfig(c *RedisConfig) redisstore.Config {
+	rc := redisstoreConfig(c)
+	rc.TLSConfig = r.opts.RedisTLS
+	return rc
+}
+
+// redialInterval is how often a namespace whose Redis did not answer
+// dials again.
+const redialInterval = time.Second
+
+// dialingStore is the store of a Redis namespace whose Redis did not
+// answer when the namespace was opened. It decides with local counters
+// until a dial succeeds, then with the Redis store for good. Its goroutine
+// is stopped by Close.
+type dialingStore struct {
+	r     *Registry
+	cfg   RedisStoreConfig
+	fp    string
+	local *memorystore.Store
+	redis atomic.Pointer[ratelimit.Store]
+	stop  chan struct{}
+	done  chan struct{}
+	once  sync.Once
+	// connected is closed once the store uses Redis.
+	connected chan struct{}
+}
+
+var _ ratelimit.Store = (*dialingStore)(nil)
+
+func newDialingStore(r *Registry, cfg RedisStoreConfig, fp string) *dialingStore {
+	s := &dialingStore{r: r, cfg: cfg, fp: fp, local: memorystore.New(memorystore.Options{}),
+		stop: make(chan struct{}), done: make(chan struct{}), connected: make(chan struct{})}
+	go s.loop()
+	return s
+}
+
+func (s *dialingStore) loop() {
+	defer close(s.done)
+	t := time.NewTicker(redialInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		if s.connect() {
+			return
+		}
+	}
+}
+
+// connect dials once; it reports whether the store now uses Redis (or
+// should stop trying because the registry closed).
+func (s *dialingStore) connect() bool {
+	c, err := redisstore.Dial(s.r.redisConfig(&s.cfg.Redis))
+	if err != nil {
+		return false
+	}
+	s.r.mu.Lock()
+	defer s.r.mu.Unlock()
+	if s.r.closed {
+		c.Close()
+		return true
+	}
+	if _, ok := s.r.clients[s.fp]; ok {
+		c.Close() // another namespace connected first: share its client
+	} else {
+		s.r.clients[s.fp] = &redisClient{c: c}
+	}
+	st, err := s.r.redisStoreLocked(s.cfg, s.fp)
+	if err != nil {
+		return false
+	}
+	s.redis.Store(&st)
+	close(s.connected)
+	if s.r.opts.Logger != nil {
+		s.r.opts.Logger.Info("policy: redis answers, namespace counts in redis", "namespace", s.cfg.Namespace)
+	}
+	return true
+}
+
+func (s *dialingStore) current() ratelimit.Store {
+	if p := s.redis.Load(); p != nil {
+		return *p
+	}
+	return s.local
+}
+
+func (s *dialingStore) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
+	return s.current().Take(ctx, r)
+}
+
+func (s *dialingStore) Acquire(ctx context.Context, r ratelimit.LeaseRequest) (ratelimit.Lease, error) {
+	return s.current().Acquire(ctx, r)
+}
+
+// Release releases in both stores: a lease taken before the switch to
+// Redis lives in the local one.
+func (s *dialingStore) Release(ctx context.Context, key, id string) error {
+	err := s.local.Release(ctx, key, id)
+	if p := s.redis.Load(); p != nil {
+		err = errors.Join(err, (*p).Release(ctx, key, id))
+	}
+	return err
+}
+
+// Close stops the dialling goroutine and closes both stores.
+func (s *dialingStore) Close() error {
+	var err error
+	s.once.Do(func() {
+		close(s.stop)
+		<-s.done
+		err = s.local.Close()
+		if p := s.redis.Load(); p != nil {
+			err = errors.Join(err, (*p).Close())
+		}
+	})
+	return err
 }
 
 // redisstoreConfig maps Kong's Redis record onto the store's config.
