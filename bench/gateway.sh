@@ -199,7 +199,7 @@ WRK=(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$WORK/clients.lua")
 echo "== commands"
 echo "upstream: $NGINX -p $WORK/up -c $WORK/up/nginx.conf   (nginx return 200, 1 worker)"
 echo "nginx:    $NGINX -p $WORK/px -c $WORK/px/<scenario>.conf   (1 worker)"
-[ $need_sluice = 1 ] && echo "sluice:   GOMAXPROCS=2 $BIN run -c $WORK/<scenario>.yml"
+[ $need_sluice = 1 ] && echo "sluice:   $BIN run -c $WORK/<scenario>.yml --proxy-listen 127.0.0.1:$SL_PORT --admin-listen 127.0.0.1:$SL_ADMIN --access-log=false --watch=false --log-level warn"
 echo "load:     ${WRK[*]} http://127.0.0.1:<port>/   (after a 1s warm-up)"
 for s in "${SEL[@]}"; do case $s in
   nginx-*) echo "--- $s.conf (location /)"; grep -E 'limit_req |proxy_pass' "$WORK/px/$s.conf" | sed 's/^ */    /' ;;
@@ -214,13 +214,24 @@ run_one() {
       "$NGINX" -p "$WORK/px" -c "$WORK/px/$s.conf" & pid=$!; port=$PX_PORT ;;
     sluice-*)
       [ "$s" = sluice-rla-redis0 ] || [ "$s" = sluice-rla-redis01 ] && redis-cli -p "$REDIS_PORT" flushall >/dev/null
-      "$BIN" run -c "$WORK/$s.yml" --listen "127.0.0.1:$SL_PORT" --admin-listen "127.0.0.1:$SL_ADMIN" \
+      "$BIN" run -c "$WORK/$s.yml" --proxy-listen "127.0.0.1:$SL_PORT" --admin-listen "127.0.0.1:$SL_ADMIN" \
+        --access-log=false --watch=false --log-level warn \
         >"$WORK/$s.log" 2>&1 & pid=$!; port=$SL_PORT ;;
   esac
   waitport "$port" || { cat "$WORK/$s.log" 2>/dev/null; stop "$pid"; return 1; }
+  # The limiter must really be in the path: its headers on a response.
+  if [[ $s == *-rla-* ]] && ! curl -s -D - -o /dev/null -H 'X-Client: probe' "http://127.0.0.1:$port/" | grep -qi '^ratelimit-limit\|^x-ratelimit-limit'; then
+    echo "gateway.sh: $s answered without rate-limit headers" >&2; stop "$pid"; return 1
+  fi
   wrk -t"$THREADS" -c"$CONNS" -d1s -s "$WORK/clients.lua" "http://127.0.0.1:$port/" >/dev/null
   out=$("${WRK[@]}" "http://127.0.0.1:$port/")
   stop "$pid"
+  if [[ $s == *-redis* ]] && [ "$(redis-cli -p "$REDIS_PORT" dbsize)" -lt 1000 ]; then
+    echo "gateway.sh: $s left fewer than 1000 keys in Redis: it did not use it" >&2; return 1
+  fi
+  if grep -q 'Non-2xx' <<<"$out"; then
+    echo "gateway.sh: $s answered non-2xx responses (the limit must never be reached):" >&2; echo "$out" >&2; return 1
+  fi
   echo "$out" > "$WORK/result.$s.$r"
   local rps p50 p99 errs
   rps=$(awk '/^Requests\/sec/ {print $2}' <<<"$out")
