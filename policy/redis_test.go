@@ -130,3 +130,51 @@ func TestRedisUnreachableAtStart(t *testing.T) {
 		t.Errorf("redis holds %v keys after a decision, want some", srv.Do(t, "DBSIZE"))
 	}
 }
+
+// The waiting room is kept in Redis: a request waiting on one node fills
+// the room for the other, and abandoning the wait frees the slot.
+func TestRedisWaitingRoomAcrossNodes(t *testing.T) {
+	srv := testservers.Redis(t, testservers.RedisOptions{})
+	cfg := `{"limit":[1],"window_size":[3600],"window_type":"fixed","namespace":"room","identifier":"ip","strategy":"redis","sync_rate":0,` +
+		`"throttling":{"enabled":true,"interval":1000,"retry_times":1,"queue_limit":1},` + redisConfigJSON(srv) + `}`
+	a := newAdvanced(t, newRegistry(t, RegistryOptions{RedisCallerClock: true}), cfg)
+	b := newAdvanced(t, newRegistry(t, RegistryOptions{RedisCallerClock: true}), cfg)
+	runCalls(t, a, []call{{t: 0, allowed: true}})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		r := Request{ClientIP: "10.0.0.1", Now: at(time.Second)}
+		_, err := a.Check(ctx, &r)
+		done <- err
+	}()
+	leases := func() int64 {
+		keys, _ := srv.Do(t, "KEYS", "*:lease").([]any)
+		var n int64
+		for _, k := range keys {
+			if s, ok := k.(string); ok {
+				c, _ := srv.Do(t, "ZCARD", s).(int64)
+				n += c
+			}
+		}
+		return n
+	}
+	// Wait (bounded) until node A's request holds the room in Redis.
+	for deadline := time.Now().Add(10 * time.Second); leases() != 1; {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiting request never entered the room")
+		}
+	}
+	r := Request{ClientIP: "10.0.0.1", Now: at(2 * time.Second)}
+	res, err := b.Check(context.Background(), &r)
+	if err != nil || res.Allowed || res.Retries != 0 || res.Status != 429 {
+		t.Fatalf("node B with the room full: %+v, %v; want an immediate 429", res, err)
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Error("abandoned wait returned no error")
+	}
+	if n := leases(); n != 0 {
+		t.Errorf("%d leases after the wait was abandoned, want 0", n)
+	}
+}
