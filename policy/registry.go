@@ -34,8 +34,8 @@ type Registry struct {
 
 	pins pinTable
 
-	// leaseIDs makes waiting-room lease ids unique across processes that
-	// share a Redis.
+	// leasePrefix and leaseSeq make waiting-room lease ids unique across
+	// processes that share a Redis.
 	leasePrefix string
 	leaseSeq    atomic.Uint64
 }
