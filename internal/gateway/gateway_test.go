@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seed-008287da/sluice/internal/gateway/clientip"
 )
 
 // echoUpstream answers every request with a JSON description of what it
@@ -238,5 +240,47 @@ services: [{name: s, url: "http://%s", routes: [{paths: [/]}]}]
 	r := do(t, "GET", base+"/", nil)
 	if r.status != 502 || !strings.Contains(r.body, "An invalid response was received from the upstream server") {
 		t.Errorf("got %d %s", r.status, r.body)
+	}
+}
+
+// TestClientIPTrustedProxy: with the loopback peer trusted, X-Real-IP
+// chooses the client address the rate limiter counts; without trust, it
+// does not.
+func TestClientIPTrustedProxy(t *testing.T) {
+	up := echoUpstream(t)
+	cfg := withUpstream(`
+_format_version: "3.0"
+services:
+  - name: api
+    url: UPSTREAM
+    routes: [{name: r, paths: [/]}]
+    plugins:
+      - name: rate-limiting-advanced
+        config: {limit: [1], window_size: [60], window_type: fixed, identifier: ip, namespace: cip}
+`, up)
+	trusted, err := clientip.New(clientip.Options{TrustedIPs: []string{"127.0.0.0/8"}, RealIPHeader: clientip.XForwardedFor, Recursive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, base := startGateway(t, cfg, Options{ClientIP: trusted})
+	for _, ip := range []string{"198.51.100.1", "198.51.100.2"} {
+		r := do(t, "GET", base+"/", map[string]string{"X-Forwarded-For": ip + ", 127.0.0.9"})
+		if r.status != 200 {
+			t.Fatalf("%s: %d", ip, r.status)
+		}
+		if e := r.echoed(t); e.Headers["x-real-ip"] != ip {
+			t.Errorf("X-Real-IP %q, want %s", e.Headers["x-real-ip"], ip)
+		}
+	}
+	if r := do(t, "GET", base+"/", map[string]string{"X-Forwarded-For": "198.51.100.1"}); r.status != 429 {
+		t.Errorf("second request of 198.51.100.1: %d, want 429", r.status)
+	}
+
+	_, untrusting := startGateway(t, strings.ReplaceAll(cfg, "namespace: cip", "namespace: cip2"), Options{})
+	if r := do(t, "GET", untrusting+"/", map[string]string{"X-Forwarded-For": "198.51.100.1"}); r.status != 200 {
+		t.Fatalf("first: %d", r.status)
+	}
+	if r := do(t, "GET", untrusting+"/", map[string]string{"X-Forwarded-For": "198.51.100.2"}); r.status != 429 {
+		t.Errorf("an untrusted client changed its counted address with X-Forwarded-For: %d", r.status)
 	}
 }
