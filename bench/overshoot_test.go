@@ -86,7 +86,7 @@ func overshoot(addr string, syncRate time.Duration, paced bool, ns string) ([]in
 			return nil, fmt.Errorf("dialling redis: %w", err)
 		}
 		defer c.Close()
-		s, err := redisstore.New(c, redisstore.Options{Namespace: ns, SyncRate: syncRate})
+		s, err := redisstore.New(c, redisstore.Options{Namespace: ns, SyncRate: syncRate, Timeout: sluiceRedisTimeout})
 		if err != nil {
 			return nil, err
 		}

@@ -46,6 +46,13 @@ func sluiceMemory(alg ratelimit.Algorithm) func(count int64, window time.Duratio
 	}
 }
 
+// sluiceRedisTimeout bounds each Redis call of the benchmarked stores:
+// Kong's default Redis timeouts (2 s), rather than the store's 200 ms, so
+// that a loaded benchmark machine does not push decisions onto the local
+// fallback, whose figures would not be Redis' (runClosedLoop fails the
+// benchmark when any decision falls back).
+const sluiceRedisTimeout = 2 * time.Second
+
 // SluiceRedisContenders returns sluice's Redis store in synchronous mode
 // (Kong's sync_rate 0: every decision consults Redis) and in periodic mode
 // (sync_rate 0.1: local counting, one pipelined push and pull of every
@@ -78,7 +85,7 @@ func sluiceRedis(syncRate time.Duration) func(addr string, callers int, count in
 		if err != nil {
 			return RedisInstance{}, fmt.Errorf("bench: dialling redis: %w", err)
 		}
-		s, err := redisstore.New(c, redisstore.Options{Namespace: "bench", SyncRate: syncRate})
+		s, err := redisstore.New(c, redisstore.Options{Namespace: "bench", SyncRate: syncRate, Timeout: sluiceRedisTimeout})
 		if err != nil {
 			c.Close()
 			return RedisInstance{}, fmt.Errorf("bench: creating redis store: %w", err)
