@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/seed-008287da/sluice/internal/kongplugin/kongtest"
 )
 
 // TestReleaseAndDump runs scripts/release for linux/amd64 (CI runs the same
@@ -96,7 +100,77 @@ func TestReleaseAndDump(t *testing.T) {
 			fields := d.Schema["fields"].([]any)
 			config := fields[0].(map[string]any)["config"]
 			checkSchema(t, "config", reflect.TypeOf(pl.cfg), config)
+			if pl.name == "sluice-rate-limiting" {
+				checkSocket(t, bin)
+			}
 		})
+	}
+}
+
+// checkSocket runs the real binary as Kong does (its start command with
+// -kong-prefix), and drives it through its Unix socket: start an instance
+// with a config as Kong sends it, then access events answered by the fake
+// Kong, until the limit rejects one.
+func checkSocket(t *testing.T, bin string) {
+	prefix, err := os.MkdirTemp("", "kong")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(prefix)
+	cmd := exec.Command(bin, "-kong-prefix", prefix)
+	var logs strings.Builder
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("plugin server log:\n%s", logs.String())
+		}
+	}()
+	sock := filepath.Join(prefix, "sluice-rate-limiting.socket")
+	dial := func() net.Conn {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			conn, err := net.Dial("unix", sock)
+			if err == nil {
+				return conn
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("plugin server socket %s not ready: %v", sock, err)
+			}
+			time.Sleep(20 * time.Millisecond) // readiness poll, bounded above
+		}
+	}
+	conn := dial()
+	defer conn.Close()
+	config := []byte(`{"limit": [1], "window_size": [3600], "window_type": "fixed", "identifier": "ip", "namespace": "socket",
+		"strategy": null, "redis": null, "throttling": null, "sync_rate": null, "shared_key": null, "sluice": null,
+		"route_id": null, "service_id": null, "consumer_id": null, "__plugin_id": "0b9d", "__seq__": 11, "__key__": "plugins:x"}`)
+	id, err := kongtest.StartInstance(conn, 1, "sluice-rate-limiting", config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := kongtest.New(t, kongtest.Request{ForwardedIP: "192.0.2.1"})
+	calls, err := k.HandleEvent(conn, 2, id, "access")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"kong.client.get_forwarded_ip", "kong.response.set_headers"}; !slices.Equal(calls, want) || k.Exit() != nil {
+		t.Fatalf("first request: calls %q, exit %+v", calls, k.Exit())
+	}
+	if got := k.ResponseHeaders().Get("X-RateLimit-Remaining-Hour"); got != "0" {
+		t.Errorf("X-RateLimit-Remaining-Hour = %q", got)
+	}
+	k = kongtest.New(t, kongtest.Request{ForwardedIP: "192.0.2.1"})
+	if _, err := k.HandleEvent(conn, 3, id, "access"); err != nil {
+		t.Fatal(err)
+	}
+	if e := k.Exit(); e == nil || e.Status != 429 || string(e.Body) != `{"message":"API rate limit exceeded"}` {
+		t.Fatalf("second request: exit %+v", e)
 	}
 }
 

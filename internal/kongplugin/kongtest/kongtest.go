@@ -119,6 +119,75 @@ func New(tb testing.TB, req Request) *Kong {
 	return k
 }
 
+// StartInstance asks the plugin server on conn (its Unix socket, as Kong
+// connects) to start an instance of plugin name with config (JSON) and
+// returns the instance id.
+func StartInstance(conn net.Conn, seq int64, name string, config []byte) (int32, error) {
+	call := &pb.RpcCall{Sequence: seq, Call: &pb.RpcCall_CmdStartInstance{
+		CmdStartInstance: &pb.CmdStartInstance{Name: name, Config: config}}}
+	ret, err := rpc(conn, call)
+	if err != nil {
+		return 0, err
+	}
+	st := ret.GetInstanceStatus()
+	if st == nil {
+		return 0, fmt.Errorf("kongtest: start instance: no instance status in %v", ret)
+	}
+	return st.InstanceId, nil
+}
+
+// HandleEvent runs one event (phase) of an instance on a plugin server,
+// as Kong does over the server's socket, answering its PDK calls from this
+// request's state, and returns the calls. After kong.response.exit the
+// server closes the connection; that ends the event normally and conn must
+// not be used again.
+func (k *Kong) HandleEvent(conn net.Conn, seq int64, instance int32, event string) ([]string, error) {
+	call := &pb.RpcCall{Sequence: seq, Call: &pb.RpcCall_CmdHandleEvent{
+		CmdHandleEvent: &pb.CmdHandleEvent{InstanceId: instance, EventName: event}}}
+	b, err := proto.Marshal(call)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFrame(conn, b); err != nil {
+		return nil, err
+	}
+	calls := k.serve(conn)
+	if k.Exit() != nil {
+		return calls, nil
+	}
+	b, err = readFrame(conn)
+	if err != nil {
+		return calls, fmt.Errorf("kongtest: reading the event's return: %w", err)
+	}
+	var ret pb.RpcReturn
+	if err := proto.Unmarshal(b, &ret); err != nil {
+		return calls, err
+	}
+	if ret.Sequence != seq {
+		return calls, fmt.Errorf("kongtest: return sequence %d, want %d", ret.Sequence, seq)
+	}
+	return calls, nil
+}
+
+// rpc sends one RpcCall and reads its RpcReturn.
+func rpc(conn net.Conn, call *pb.RpcCall) (*pb.RpcReturn, error) {
+	b, err := proto.Marshal(call)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeFrame(conn, b); err != nil {
+		return nil, err
+	}
+	if b, err = readFrame(conn); err != nil {
+		return nil, fmt.Errorf("kongtest: reading the return of call %d: %w", call.Sequence, err)
+	}
+	var ret pb.RpcReturn
+	if err := proto.Unmarshal(b, &ret); err != nil {
+		return nil, err
+	}
+	return &ret, nil
+}
+
 // Run runs one phase handler, such as cfg.Access, with a PDK bridged to
 // this fake, and returns the PDK methods it called in order: one entry per
 // IPC round trip. If an earlier phase exited, Kong still runs later phases
@@ -126,15 +195,18 @@ func New(tb testing.TB, req Request) *Kong {
 func (k *Kong) Run(handler func(*pdk.PDK)) []string {
 	plugin, kong := net.Pipe()
 	done := make(chan []string)
-	go func() { done <- k.serve(kong) }()
+	go func() {
+		defer kong.Close()
+		done <- k.serve(kong)
+	}()
 	handler(pdk.Init(plugin))
 	plugin.Close()
 	return <-done
 }
 
-// serve answers PDK calls until the plugin side closes the connection.
+// serve answers PDK calls until the plugin side ends the event (an empty
+// frame) or closes the connection.
 func (k *Kong) serve(conn net.Conn) []string {
-	defer conn.Close()
 	var calls []string
 	for {
 		method, err := readFrame(conn)
@@ -142,6 +214,10 @@ func (k *Kong) serve(conn net.Conn) []string {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrClosedPipe) {
 				k.tb.Errorf("kongtest: reading method frame: %v", err)
 			}
+			return calls
+		}
+		if len(method) == 0 {
+			// A plugin server ends an event's PDK calls with an empty frame.
 			return calls
 		}
 		args, err := readFrame(conn)
