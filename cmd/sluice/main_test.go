@@ -46,9 +46,11 @@ func TestVersion(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	out, err := command(t, "validate", "examples/quickstart/kong.yml").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "configuration is valid") {
-		t.Fatalf("quickstart: %s %v", out, err)
+	for _, ex := range []string{"examples/quickstart/kong.yml", "examples/redis/kong.yml"} {
+		out, err := command(t, "validate", ex).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "configuration is valid") {
+			t.Fatalf("%s: %s %v", ex, out, err)
+		}
 	}
 	bad := filepath.Join(t.TempDir(), "bad.yml")
 	if err := os.WriteFile(bad, []byte(`
@@ -66,7 +68,7 @@ plugins:
 	cmd := command(t, "validate", bad)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
 		t.Fatalf("exit: %v, want 1", err)
 	}
