@@ -17,6 +17,9 @@ BENCHTIME=${BENCHTIME:-1s}
 OUT=${OUT:-/tmp/sluice-bench-sdk}
 mkdir -p "$OUT"
 . ./machine.sh
+# A failed benchmark (a setup check that did not hold) does not stop the
+# others; the script exits 1 at the end.
+fail=0
 
 echo "== building"
 x go test -c -o "$OUT/bench.test" .
@@ -25,15 +28,17 @@ x go build -o "$OUT/keymem" ./cmd/keymem
 
 echo "== one hot key, 1 and 2 procs"
 x "$OUT/bench.test" -test.run '^$' -test.bench '^BenchmarkHotKey$' -test.cpu 1,2 \
-  -test.count "$COUNT" -test.benchtime "$BENCHTIME" | tee "$OUT/hotkey.txt"
+  -test.count "$COUNT" -test.benchtime "$BENCHTIME" | tee "$OUT/hotkey.txt" || fail=1
 echo "== 100k and 1M random keys, 2 procs"
 x "$OUT/bench.test" -test.run '^$' -test.bench '^BenchmarkKeys$' -test.cpu 2 \
-  -test.count "$KEYS_COUNT" -test.benchtime "$BENCHTIME" | tee "$OUT/keys.txt"
+  -test.count "$KEYS_COUNT" -test.benchtime "$BENCHTIME" | tee "$OUT/keys.txt" || fail=1
 echo "== bytes per idle key at 1M keys"
-for i in $(seq 1 "$MEM_COUNT"); do x "$OUT/keymem" -keys 1000000; done | tee "$OUT/keymem.txt"
+for i in $(seq 1 "$MEM_COUNT"); do x "$OUT/keymem" -keys 1000000; done | tee "$OUT/keymem.txt" || fail=1
 
 echo "== medians (ratios: ns/op against the x/time/rate reference of each table)"
 x "$OUT/benchtable" -ref xtime-one "$OUT/hotkey.txt"
 x "$OUT/benchtable" -ref xtime-map -metrics ns/op,B/op,allocs/op,keys "$OUT/keys.txt"
 x "$OUT/benchtable" -ref xtime-map -metrics B/key,live-B/key "$OUT/keymem.txt"
 echo "== done $(date -u +%FT%TZ), load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ $fail = 1 ]; then echo "== some benchmarks FAILED their setup checks; see above"; fi
+exit $fail
