@@ -24,6 +24,7 @@ import (
 	"github.com/seed-008287da/sluice/internal/gateway/clientip"
 	"github.com/seed-008287da/sluice/internal/gateway/echo"
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+	"github.com/seed-008287da/sluice/internal/gateway/proxyproto"
 	"github.com/seed-008287da/sluice/policy"
 )
 
@@ -121,6 +122,7 @@ type serveFlags struct {
 	trustedIPs       string
 	realIPHeader     string
 	realIPRecursive  bool
+	proxyProtocol    bool
 	logLevel         string
 	logFormat        string
 	accessLog        bool
@@ -169,6 +171,7 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	str(&f.trustedIPs, "trusted-ips", "", "comma-separated CIDRs whose forwarding headers are trusted (Kong's trusted_ips)")
 	str(&f.realIPHeader, "real-ip-header", clientip.XRealIP, "header holding the client address from a trusted proxy (Kong's real_ip_header)")
 	boolean(&f.realIPRecursive, "real-ip-recursive", false, "skip trusted addresses right to left in the header (Kong's real_ip_recursive)")
+	boolean(&f.proxyProtocol, "proxy-protocol", false, "require a PROXY protocol header (v1 or v2) on every proxy connection (Kong's proxy_listen ... proxy_protocol)")
 	str(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	str(&f.logFormat, "log-format", "json", "json or text")
 	boolean(&f.accessLog, "access-log", true, "log every request")
@@ -189,6 +192,9 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if f.realIPHeader == clientip.ProxyProtocol && !f.proxyProtocol {
+		return nil, errors.New("--real-ip-header proxy_protocol needs --proxy-protocol")
 	}
 	if f.config == "" && f.etcdEndpoints == "" {
 		return nil, errors.New("a configuration is required: -c kong.yml or --etcd-endpoints")
@@ -319,6 +325,9 @@ func serve(ctx context.Context, f *serveFlags, log *slog.Logger, stdout io.Write
 	pln, err := net.Listen("tcp", f.proxyListen)
 	if err != nil {
 		return fmt.Errorf("proxy listener: %w", err)
+	}
+	if f.proxyProtocol {
+		pln = &proxyproto.Listener{Listener: pln}
 	}
 	errc := make(chan error, 2)
 	go func() { errc <- g.Serve(pln) }()

@@ -30,6 +30,7 @@ import (
 
 	"github.com/seed-008287da/sluice/internal/gateway/clientip"
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+	"github.com/seed-008287da/sluice/internal/gateway/proxyproto"
 	"github.com/seed-008287da/sluice/internal/gateway/router"
 	"github.com/seed-008287da/sluice/policy"
 )
@@ -460,14 +461,20 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-func peerAddr(ctx *fasthttp.RequestCtx) netip.Addr {
-	switch a := ctx.RemoteAddr().(type) {
+// peerAddr returns the TCP peer of a request and, behind a PROXY protocol
+// listener, the client address its header announced (else the zero Addr).
+func peerAddr(ctx *fasthttp.RequestCtx) (peer, proxied netip.Addr) {
+	ra := ctx.RemoteAddr()
+	if pa, ok := ra.(*proxyproto.Addr); ok {
+		ra, proxied = pa.Peer, pa.Source.Addr()
+	}
+	switch a := ra.(type) {
 	case *net.TCPAddr:
 		ip, _ := netip.AddrFromSlice(a.IP)
-		return ip.Unmap()
+		return ip.Unmap(), proxied
 	}
-	if ap, err := netip.ParseAddrPort(ctx.RemoteAddr().String()); err == nil {
-		return ap.Addr().Unmap()
+	if ap, err := netip.ParseAddrPort(ra.String()); err == nil {
+		return ap.Addr().Unmap(), proxied
 	}
-	return netip.Addr{}
+	return netip.Addr{}, proxied
 }

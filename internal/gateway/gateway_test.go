@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/seed-008287da/sluice/internal/gateway/clientip"
+	"github.com/seed-008287da/sluice/internal/gateway/proxyproto"
 )
 
 // echoUpstream answers every request with a JSON description of what it
@@ -282,5 +284,55 @@ services:
 	}
 	if r := do(t, "GET", untrusting+"/", map[string]string{"X-Forwarded-For": "198.51.100.2"}); r.status != 429 {
 		t.Errorf("an untrusted client changed its counted address with X-Forwarded-For: %d", r.status)
+	}
+}
+
+// TestProxyProtocol sends a PROXY v1 header from a trusted balancer and
+// checks the announced address becomes the client address.
+func TestProxyProtocol(t *testing.T) {
+	up := echoUpstream(t)
+	res, err := clientip.New(clientip.Options{TrustedIPs: []string{"127.0.0.1"}, RealIPHeader: clientip.ProxyProtocol})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := New(Options{ClientIP: res})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Load([]byte(withUpstream(`
+_format_version: "3.0"
+services: [{name: s, url: UPSTREAM, routes: [{paths: [/]}]}]
+`, up)), "test"); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(&proxyproto.Listener{Listener: ln}) }()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = g.Shutdown(ctx)
+		<-done
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "PROXY TCP4 198.51.100.77 10.0.0.1 5555 80\r\nGET /x HTTP/1.1\r\nHost: h\r\nX-Real-IP: 6.6.6.6\r\nConnection: close\r\n\r\n")
+	hres, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(hres.Body)
+	var e echoed
+	if err := json.Unmarshal(b, &e); err != nil {
+		t.Fatalf("%d %s", hres.StatusCode, b)
+	}
+	if e.Headers["x-real-ip"] != "198.51.100.77" {
+		t.Errorf("X-Real-IP %q, want the PROXY source", e.Headers["x-real-ip"])
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/seed-008287da/sluice/internal/gateway/clientip"
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
 	"github.com/seed-008287da/sluice/internal/gateway/router"
 )
@@ -57,14 +57,14 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		x.RespondError(fasthttp.StatusServiceUnavailable, "no configuration loaded")
 		return
 	}
-	peer := peerAddr(ctx)
+	peer, proxied := peerAddr(ctx)
 	var values []string
-	if h := g.opts.ClientIP.Header(); h != "" {
+	if h := g.opts.ClientIP.Header(); h != "" && h != clientip.ProxyProtocol {
 		for _, v := range ctx.Request.Header.PeekAll(h) {
 			values = append(values, string(v))
 		}
 	}
-	x.ClientIP = g.opts.ClientIP.Resolve(peer, values, netip.Addr{})
+	x.ClientIP = g.opts.ClientIP.Resolve(peer, values, proxied)
 
 	m, ok := gen.router.Match(string(ctx.Method()), string(ctx.Host()), string(ctx.Path()))
 	if !ok {
@@ -250,7 +250,7 @@ func (g *Gateway) prepareUpstream(ctx *fasthttp.RequestCtx, x *Exchange, keepUpg
 	h.ResetConnectionClose()
 
 	origHost := string(ctx.Host())
-	peer := peerAddr(ctx)
+	peer, _ := peerAddr(ctx)
 	trusted := g.opts.ClientIP.Trusted(peer)
 	proto := "http"
 	if ctx.IsTLS() {
