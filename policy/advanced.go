@@ -215,6 +215,13 @@ func (a *Advanced) selectPlan(r *Request) *plan {
 // room cannot be entered because its store failed, the request gets the
 // normal rejection, with the error.
 func (a *Advanced) Check(ctx context.Context, r *Request) (Result, error) {
+	return a.CheckAppend(ctx, r, nil)
+}
+
+// CheckAppend is Check with the headers appended to dst, which the caller
+// may reuse from request to request (Result.Headers then aliases it): with
+// room for the headers, a check makes no allocation for them.
+func (a *Advanced) CheckAppend(ctx context.Context, r *Request, dst []Header) (Result, error) {
 	now := r.Now
 	if now.IsZero() {
 		now = time.Now()
@@ -230,18 +237,18 @@ func (a *Advanced) Check(ctx context.Context, r *Request) (Result, error) {
 	if !d.Allowed && a.throttling.Enabled && !a.shadow {
 		d, now, retries, err = a.wait(ctx, &sr, d, now)
 		if err != nil {
-			res := a.result(p, key, &d, now)
+			res := a.result(p, key, &d, now, dst)
 			res.Retries = retries
 			return res, err
 		}
 	}
-	res := a.result(p, key, &d, now)
+	res := a.result(p, key, &d, now, dst)
 	res.Retries = retries
 	return res, nil
 }
 
 // result turns a decision into the response.
-func (a *Advanced) result(p *plan, key string, d *ratelimit.Decision, now time.Time) Result {
+func (a *Advanced) result(p *plan, key string, d *ratelimit.Decision, now time.Time, dst []Header) Result {
 	res := Result{Allowed: d.Allowed, Denied: !d.Allowed, Key: key}
 	if d.Len() == 0 {
 		// A store failure admitted the request: no headers to send.
@@ -264,7 +271,7 @@ func (a *Advanced) result(p *plan, key string, d *ratelimit.Decision, now time.T
 	}
 	if a.hide {
 		if !d.Allowed {
-			res.Headers = []Header{{hdrContentType, contentTypeJSON}}
+			res.Headers = appendRejection(dst)
 		}
 		return res
 	}
@@ -277,7 +284,7 @@ func (a *Advanced) result(p *plan, key string, d *ratelimit.Decision, now time.T
 	if !d.Allowed {
 		v.retryAfter = v.reset + jitter(p.jitterMax, a.reg.opts.Rand)
 	}
-	res.Headers = p.headers.build(&v)
+	res.Headers = p.headers.build(&v, dst)
 	return res
 }
 

@@ -443,3 +443,34 @@ func TestLargeHeaderValues(t *testing.T) {
 		"RateLimit-Remaining": "4999", "RateLimit-Reset": "3195"}}})
 	runCalls(t, a, []call{{t: time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-day": "99998", "RateLimit-Reset": "3194"}}})
 }
+
+// CheckAppend appends to the caller's buffer and allocates nothing for the
+// headers when it has room; Check's headers are its own.
+func TestCheckAppend(t *testing.T) {
+	a := newAdvanced(t, newRegistry(t, RegistryOptions{}), `{"limit":[3],"window_size":[60],"window_type":"fixed","namespace":"n"}`)
+	buf := make([]Header, 1, 16)
+	buf[0] = Header{"X-Before", "1"}
+	r := Request{ClientIP: "10.0.0.1", Now: t0}
+	res, err := a.CheckAppend(context.Background(), &r, buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Headers) != 6 || &res.Headers[0] != &buf[0] || res.Headers[0].Name != "X-Before" {
+		t.Fatalf("headers %v: want the buffer's header then 5 more, in the buffer", res.Headers)
+	}
+	checkHeaders(t, 0, res, want{"X-RateLimit-Remaining-minute": "2"})
+	n := testing.AllocsPerRun(100, func() {
+		r := Request{ClientIP: "10.0.0.2", Now: t0}
+		if _, err := a.CheckAppend(context.Background(), &r, buf[:0]); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n != 0 {
+		t.Errorf("CheckAppend with room: %v allocations, want 0", n)
+	}
+	b := newBasic(t, newRegistry(t, RegistryOptions{}), `{"minute":3}`, Scope{})
+	bres, err := b.CheckAppend(context.Background(), &r, buf[:0])
+	if err != nil || len(bres.Headers) != 5 || &bres.Headers[0] != &buf[0] {
+		t.Errorf("Basic.CheckAppend headers %v, %v: want them in the buffer", bres.Headers, err)
+	}
+}

@@ -164,6 +164,12 @@ func calendarStart(name string, now time.Time) time.Time {
 // headers and returns the error for logging; without fault_tolerant the
 // Result is a 500 with Kong's message, and the error is returned too.
 func (b *Basic) Check(ctx context.Context, r *Request) (Result, error) {
+	return b.CheckAppend(ctx, r, nil)
+}
+
+// CheckAppend is Check with the headers appended to dst, which the caller
+// may reuse from request to request (Result.Headers then aliases it).
+func (b *Basic) CheckAppend(ctx context.Context, r *Request, dst []Header) (Result, error) {
 	now := r.Now
 	if now.IsZero() {
 		now = time.Now()
@@ -187,7 +193,7 @@ func (b *Basic) Check(ctx context.Context, r *Request) (Result, error) {
 		for i, c := range cal[:len(b.calendar)] {
 			u, err := b.read(ctx, c.key, c.limit, c.now)
 			if err != nil {
-				return b.failed(key, err)
+				return b.failed(key, err, dst)
 			}
 			usage[short+i] = u
 			if u >= c.limit.Count && denied < 0 {
@@ -201,14 +207,14 @@ func (b *Basic) Check(ctx context.Context, r *Request) (Result, error) {
 			for i, l := range b.shortLims {
 				u, err := b.read(ctx, key, l, now)
 				if err != nil {
-					return b.failed(key, err)
+					return b.failed(key, err, dst)
 				}
 				usage[i] = u
 			}
 		} else {
 			d, err := b.store.Take(ctx, ratelimit.Request{Key: key, Limits: b.shortLims, Now: now, Penalty: counts})
 			if err != nil {
-				return b.failed(key, err)
+				return b.failed(key, err, dst)
 			}
 			if !d.Allowed {
 				denied = d.Denied
@@ -227,7 +233,7 @@ func (b *Basic) Check(ctx context.Context, r *Request) (Result, error) {
 					u, err = b.read(ctx, key, b.shortLims[i], now)
 				}
 				if err != nil {
-					return b.failed(key, err)
+					return b.failed(key, err, dst)
 				}
 				usage[i] = u
 			}
@@ -240,14 +246,14 @@ func (b *Basic) Check(ctx context.Context, r *Request) (Result, error) {
 		}
 		u, ok, err := b.count(ctx, c.key, c.limit, c.now, counts)
 		if err != nil {
-			return b.failed(key, err)
+			return b.failed(key, err, dst)
 		}
 		usage[short+i] = u
 		if !ok && denied < 0 {
 			denied = short + i
 		}
 	}
-	return b.result(key, usage[:len(b.all)], denied, now), nil
+	return b.result(key, usage[:len(b.all)], denied, now, dst), nil
 }
 
 // calendarCounter is the counter of one calendar period of one client.
@@ -303,17 +309,16 @@ func calendarWindow(name string) time.Duration {
 }
 
 // failed is the result of a store failure (spec §5.3 step 6).
-func (b *Basic) failed(key string, err error) (Result, error) {
+func (b *Basic) failed(key string, err error, dst []Header) (Result, error) {
 	err = fmt.Errorf("policy: checking rate-limiting counters: %w", err)
 	if b.faultTolerant || b.shadow {
 		return Result{Allowed: true, Key: key}, err
 	}
-	return Result{Denied: true, Status: 500, Body: failureBody, Key: key,
-		Headers: []Header{{hdrContentType, contentTypeJSON}}}, err
+	return Result{Denied: true, Status: 500, Body: failureBody, Key: key, Headers: appendRejection(dst)}, err
 }
 
 // result builds the OSS response (spec §5.3 steps 3-4).
-func (b *Basic) result(key string, usage []int64, denied int, now time.Time) Result {
+func (b *Basic) result(key string, usage []int64, denied int, now time.Time, dst []Header) Result {
 	res := Result{Allowed: denied < 0, Denied: denied >= 0, Key: key}
 	var ws [6]window
 	v := headerValues{windows: ws[:len(usage)], ietf: b.ietf, rejected: res.Denied}
@@ -348,13 +353,13 @@ func (b *Basic) result(key string, usage []int64, denied int, now time.Time) Res
 	}
 	if b.hide {
 		if res.Denied {
-			res.Headers = []Header{{hdrContentType, contentTypeJSON}}
+			res.Headers = appendRejection(dst)
 		}
 		return res
 	}
 	if res.Denied {
 		v.retryAfter = v.reset
 	}
-	res.Headers = b.headers.build(&v)
+	res.Headers = b.headers.build(&v, dst)
 	return res
 }

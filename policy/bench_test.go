@@ -76,3 +76,32 @@ func BenchmarkStoreTake(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCheckAppend is BenchmarkCheck with a reused header buffer, as
+// a proxy that keeps one per connection would call it.
+func BenchmarkCheckAppend(b *testing.B) {
+	reg := NewRegistry(RegistryOptions{})
+	defer reg.Close()
+	cfg, err := ParseAdvanced([]byte(`{"limit":[1000,60000],"window_size":[1,60],"namespace":"bench","identifier":"ip"}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := NewAdvanced(cfg, reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	ips := benchIPs()
+	ctx := context.Background()
+	now := time.Unix(1_700_000_000, 0)
+	buf := make([]Header, 0, 16)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		r := Request{ClientIP: ips[i%benchKeys], Now: now}
+		res, err := a.CheckAppend(ctx, &r, buf[:0])
+		if err != nil || !res.Allowed || len(res.Headers) != 7 || res.Key != ips[i%benchKeys] {
+			b.Fatalf("result %+v, %v", res, err)
+		}
+	}
+}

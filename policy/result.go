@@ -195,11 +195,11 @@ func appendIETF(refs []valueRef, buf []byte, name string, remaining, reset int64
 	return append(refs, valueRef{from: from, to: len(buf)}), buf
 }
 
-// build writes the headers of one response. It allocates the header slice,
-// plus one string when a value is at least smallMax or the IETF headers
-// are on. Windows beyond what valueBuf holds (never with Kong-sized
+// build appends the headers of one response to dst. It allocates the
+// header slice when dst lacks room, plus one string when a value is at
+// least smallMax or the IETF headers are on. Windows beyond what valueBuf holds (never with Kong-sized
 // configs) are formatted one string each.
-func (hp *headerPlan) build(v *headerValues) []Header {
+func (hp *headerPlan) build(v *headerValues, dst []Header) []Header {
 	n := hp.sent + 3
 	if v.retryAfter > 0 {
 		n++
@@ -210,7 +210,7 @@ func (hp *headerPlan) build(v *headerValues) []Header {
 	if v.rejected {
 		n++
 	}
-	hs := make([]Header, 0, n)
+	hs := grow(dst, n)
 	var refArr [24]valueRef
 	if hp.sent+4 > len(refArr) {
 		return hp.buildSlow(v, hs)
@@ -284,4 +284,21 @@ func (hp *headerPlan) buildSlow(v *headerValues, hs []Header) []Header {
 		hs = append(hs, Header{hdrContentType, contentTypeJSON})
 	}
 	return hs
+}
+
+// grow returns dst with room for n more headers, allocating exactly once
+// when it lacks it.
+func grow(dst []Header, n int) []Header {
+	if cap(dst)-len(dst) >= n {
+		return dst
+	}
+	nd := make([]Header, len(dst), len(dst)+n)
+	copy(nd, dst)
+	return nd
+}
+
+// appendRejection appends the only header of a rejection whose rate-limit
+// headers are hidden.
+func appendRejection(dst []Header) []Header {
+	return append(grow(dst, 1), Header{hdrContentType, contentTypeJSON})
 }
