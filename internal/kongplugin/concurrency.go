@@ -116,60 +116,7 @@ func (p *Process) compileConcurrency(c *ConcurrencyConfig) (*concCompiled, error
 		return nil, err
 	}
 	return p.conc.get(sum, func() (*concCompiled, error) {
-		var errs []string
-		cc := &concCompiled{ttl: time.Minute, ident: "ip", sharedKey: DefaultSharedKey,
-			status: 429, body: messageJSON("Too many concurrent requests")}
-		if c.Limit == nil {
-			errs = append(errs, "limit: required field missing")
-		} else if *c.Limit <= 0 {
-			errs = append(errs, "limit: value must be greater than 0")
-		} else {
-			cc.max = int64(*c.Limit)
-		}
-		if c.LeaseTTL != nil {
-			ms := *c.LeaseTTL * 1000
-			if ms < 1 || ms != math.Trunc(ms) || *c.LeaseTTL > 86400 {
-				errs = append(errs, "lease_ttl: expected a whole number of milliseconds between 0.001 and 86400 seconds")
-			} else {
-				cc.ttl = time.Duration(ms) * time.Millisecond
-			}
-		}
-		if c.Identifier != nil {
-			cc.ident = *c.Identifier
-		}
-		switch cc.ident {
-		case "ip", "consumer", "credential", "service", "route", "shared":
-		case "header":
-			if c.HeaderName == nil || *c.HeaderName == "" {
-				errs = append(errs, "header_name: No header name provided")
-			} else {
-				cc.headerName = *c.HeaderName
-			}
-		default:
-			errs = append(errs, "identifier: expected one of: ip, consumer, credential, service, route, header, shared")
-		}
-		if c.SharedKey != nil && *c.SharedKey != "" {
-			cc.sharedKey = *c.SharedKey
-		}
-		if c.ErrorCode != nil {
-			if *c.ErrorCode < 100 || *c.ErrorCode > 599 {
-				errs = append(errs, "error_code: expected an HTTP status between 100 and 599")
-			} else {
-				cc.status = *c.ErrorCode
-			}
-		}
-		if c.ErrorMessage != nil {
-			cc.body = messageJSON(*c.ErrorMessage)
-		}
-		cc.hide = c.HideClientHeaders != nil && *c.HideClientHeaders
-		ns := "sluice-concurrency"
-		if c.Namespace != nil && *c.Namespace != "" {
-			ns = *c.Namespace
-		}
-		strategy := "local"
-		if c.Strategy != nil {
-			strategy = *c.Strategy
-		}
+		cc, ns, strategy, errs := c.check()
 		if len(errs) == 0 {
 			s, err := p.leaseStoreFor(ns, strategy, c.Redis)
 			if err != nil {
@@ -182,6 +129,83 @@ func (p *Process) compileConcurrency(c *ConcurrencyConfig) (*concCompiled, error
 		}
 		return cc, nil
 	})
+}
+
+// Validate checks the config as the plugin does on its first request,
+// without building its store. The error wraps ErrInvalidConfig and lists
+// every problem.
+func (c *ConcurrencyConfig) Validate() error {
+	if _, _, _, errs := c.check(); len(errs) > 0 {
+		return fmt.Errorf("%w: sluice-concurrency: %s", ErrInvalidConfig, joinErrs(errs))
+	}
+	return nil
+}
+
+// check validates and defaults every field but the store.
+func (c *ConcurrencyConfig) check() (cc *concCompiled, ns, strategy string, errs []string) {
+	cc = &concCompiled{ttl: time.Minute, ident: "ip", sharedKey: DefaultSharedKey,
+		status: 429, body: messageJSON("Too many concurrent requests")}
+	if c.Limit == nil {
+		errs = append(errs, "limit: required field missing")
+	} else if *c.Limit <= 0 {
+		errs = append(errs, "limit: value must be greater than 0")
+	} else {
+		cc.max = int64(*c.Limit)
+	}
+	if c.LeaseTTL != nil {
+		ms := *c.LeaseTTL * 1000
+		if ms < 1 || ms != math.Trunc(ms) || *c.LeaseTTL > 86400 {
+			errs = append(errs, "lease_ttl: expected a whole number of milliseconds between 0.001 and 86400 seconds")
+		} else {
+			cc.ttl = time.Duration(ms) * time.Millisecond
+		}
+	}
+	if c.Identifier != nil {
+		cc.ident = *c.Identifier
+	}
+	switch cc.ident {
+	case "ip", "consumer", "credential", "service", "route", "shared":
+	case "header":
+		if c.HeaderName == nil || *c.HeaderName == "" {
+			errs = append(errs, "header_name: No header name provided")
+		} else {
+			cc.headerName = *c.HeaderName
+		}
+	default:
+		errs = append(errs, "identifier: expected one of: ip, consumer, credential, service, route, header, shared")
+	}
+	if c.SharedKey != nil && *c.SharedKey != "" {
+		cc.sharedKey = *c.SharedKey
+	}
+	if c.ErrorCode != nil {
+		if *c.ErrorCode < 100 || *c.ErrorCode > 599 {
+			errs = append(errs, "error_code: expected an HTTP status between 100 and 599")
+		} else {
+			cc.status = *c.ErrorCode
+		}
+	}
+	if c.ErrorMessage != nil {
+		cc.body = messageJSON(*c.ErrorMessage)
+	}
+	cc.hide = c.HideClientHeaders != nil && *c.HideClientHeaders
+	ns = "sluice-concurrency"
+	if c.Namespace != nil && *c.Namespace != "" {
+		ns = *c.Namespace
+	}
+	strategy = "local"
+	if c.Strategy != nil {
+		strategy = *c.Strategy
+	}
+	switch strategy {
+	case "local":
+	case "redis":
+		if c.Redis == nil {
+			errs = append(errs, "redis: No redis config provided")
+		}
+	default:
+		errs = append(errs, "strategy: expected one of: local, redis")
+	}
+	return cc, ns, strategy, errs
 }
 
 // leaseStoreFor returns the process-level store of a namespace.

@@ -149,35 +149,15 @@ func (p *Process) compileDimensions(c *DimensionsConfig) (*dimsCompiled, error) 
 		return nil, err
 	}
 	return p.dims.get(sum, func() (*dimsCompiled, error) {
-		body, _, err := canonicalJSON(raw, append(dimensionsExtensions, kongScopeKeys...)...)
+		dc, body, errs, err := c.check(raw)
 		if err != nil {
 			return nil, err
 		}
-		dc := &dimsCompiled{sharedKey: DefaultSharedKey}
-		var errs []string
-		if c.SharedKey != nil {
-			if *c.SharedKey == "" {
-				errs = append(errs, "shared_key: length must be at least 1")
+		var holder *dimensions.Overrides
+		if len(errs) == 0 {
+			if holder, err = p.overridesFor(c); err != nil {
+				errs = append(errs, err.Error())
 			}
-			dc.sharedKey = *c.SharedKey
-		}
-		if c.GroupsFrom != nil {
-			dc.groupsFrom = *c.GroupsFrom
-			switch dc.groupsFrom {
-			case "consumer_tags":
-			case "header":
-				if c.GroupsHeader == nil || *c.GroupsHeader == "" {
-					errs = append(errs, "groups_header: required when groups_from is header")
-				} else {
-					dc.groupsHeader = *c.GroupsHeader
-				}
-			default:
-				errs = append(errs, "groups_from: expected one of: consumer_tags, header")
-			}
-		}
-		holder, err := p.overridesFor(c)
-		if err != nil {
-			errs = append(errs, err.Error())
 		}
 		b, err := dimensions.New(body, dimensions.Options{Overrides: holder, Now: p.now})
 		if err != nil {
@@ -189,6 +169,61 @@ func (p *Process) compileDimensions(c *DimensionsConfig) (*dimsCompiled, error) 
 		dc.b = b
 		return dc, nil
 	})
+}
+
+// Validate checks the config as the plugin does on its first request,
+// without watching its overrides source. The error wraps ErrInvalidConfig
+// and lists every problem.
+func (c *DimensionsConfig) Validate() error {
+	raw, err := rawOrMarshal(c.raw, c)
+	if err != nil {
+		return err
+	}
+	_, body, errs, err := c.check(raw)
+	if err != nil {
+		return err
+	}
+	if _, err := dimensions.Parse(body); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: sluice-dimensions: %s", ErrInvalidConfig, joinErrs(errs))
+	}
+	return nil
+}
+
+// check reads the extensions and returns the dimensions config body.
+func (c *DimensionsConfig) check(raw []byte) (*dimsCompiled, []byte, []string, error) {
+	body, _, err := canonicalJSON(raw, append(dimensionsExtensions, kongScopeKeys...)...)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	dc := &dimsCompiled{sharedKey: DefaultSharedKey}
+	var errs []string
+	if c.SharedKey != nil {
+		if *c.SharedKey == "" {
+			errs = append(errs, "shared_key: length must be at least 1")
+		}
+		dc.sharedKey = *c.SharedKey
+	}
+	if c.GroupsFrom != nil {
+		dc.groupsFrom = *c.GroupsFrom
+		switch dc.groupsFrom {
+		case "consumer_tags":
+		case "header":
+			if c.GroupsHeader == nil || *c.GroupsHeader == "" {
+				errs = append(errs, "groups_header: required when groups_from is header")
+			} else {
+				dc.groupsHeader = *c.GroupsHeader
+			}
+		default:
+			errs = append(errs, "groups_from: expected one of: consumer_tags, header")
+		}
+	}
+	if _, err := c.overridesSource(); err != nil {
+		errs = append(errs, err.Error())
+	}
+	return dc, body, errs, nil
 }
 
 // Access builds the composite key and publishes it in kong.ctx.shared.

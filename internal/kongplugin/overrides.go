@@ -77,9 +77,8 @@ type overridesWatch struct {
 	stop   func()
 }
 
-// overridesFor returns the process-level holder of the overrides of c's
-// source, starting its watch on first use; nil when c names no source.
-func (p *Process) overridesFor(c *DimensionsConfig) (*dimensions.Overrides, error) {
+// overridesSource returns the source c names; the zero source when none.
+func (c *DimensionsConfig) overridesSource() (OverridesSource, error) {
 	var src OverridesSource
 	if c.OverridesFile != nil {
 		src.File = *c.OverridesFile
@@ -90,11 +89,20 @@ func (p *Process) overridesFor(c *DimensionsConfig) (*dimensions.Overrides, erro
 	}
 	switch {
 	case src.File == "" && len(src.EtcdEndpoints) == 0 && src.EtcdPrefix == "":
-		return nil, nil
 	case src.File != "" && (len(src.EtcdEndpoints) > 0 || src.EtcdPrefix != ""):
-		return nil, fmt.Errorf("overrides_file: set either overrides_file or overrides_etcd_*, not both")
+		return src, fmt.Errorf("overrides_file: set either overrides_file or overrides_etcd_*, not both")
 	case src.File == "" && (len(src.EtcdEndpoints) == 0 || src.EtcdPrefix == ""):
-		return nil, fmt.Errorf("overrides_etcd_endpoints: both overrides_etcd_endpoints and overrides_etcd_prefix are required")
+		return src, fmt.Errorf("overrides_etcd_endpoints: both overrides_etcd_endpoints and overrides_etcd_prefix are required")
+	}
+	return src, nil
+}
+
+// overridesFor returns the process-level holder of the overrides of c's
+// source, starting its watch on first use; nil when c names no source.
+func (p *Process) overridesFor(c *DimensionsConfig) (*dimensions.Overrides, error) {
+	src, err := c.overridesSource()
+	if err != nil || src.File == "" && len(src.EtcdEndpoints) == 0 {
+		return nil, err
 	}
 	key := src.String()
 	p.mu.Lock()

@@ -2,8 +2,10 @@ package kongplugin
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -345,5 +347,34 @@ func TestGlueWithPDKTestHarness(t *testing.T) {
 	}
 	if env2.ClientRes.Headers.Get("Retry-After") != "" {
 		t.Errorf("hidden headers sent: %v", env2.ClientRes.Headers)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	p, _ := newTestProcess(t, Options{})
+	for _, tc := range []struct {
+		newFn  func() any
+		config string
+		want   string // "" means valid
+	}{
+		{p.NewRateLimiting, `{"limit": [10], "window_size": [60], "strategy": "redis", "sync_rate": 0, "redis": {"host": "nowhere.invalid", "port": 6379}}`, ""},
+		{p.NewRateLimiting, `{"limit": [10], "window_size": [60, 1]}`, "You must provide the same number of windows and limits"},
+		{p.NewRateLimiting, `{"limit": [10], "window_size": [60], "shared_key": "sluice", "compound_identifier": ["ip", "service"]}`, "cannot be combined"},
+		{p.NewDimensions, `{"dimensions": [{"type": "header", "header": "X-A"}], "overrides_file": "/nonexistent/overrides.json"}`, ""},
+		{p.NewDimensions, `{"dimensions": [], "overrides_etcd_prefix": "/x/"}`, "overrides_etcd_endpoints"},
+		{p.NewConcurrency, `{"limit": 3, "strategy": "redis", "redis": {"host": "nowhere.invalid", "port": 6379}}`, ""},
+		{p.NewConcurrency, `{"limit": 3, "strategy": "redis"}`, "No redis config provided"},
+	} {
+		cfg := tc.newFn()
+		if err := json.Unmarshal([]byte(tc.config), cfg); err != nil {
+			t.Fatal(err)
+		}
+		err := cfg.(interface{ Validate() error }).Validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.config, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrInvalidConfig)):
+			t.Errorf("%s: error %v, want one containing %q", tc.config, err, tc.want)
+		}
 	}
 }

@@ -80,33 +80,56 @@ func (p *Process) compileRateLimiting(c *RateLimitingConfig) (*rlaCompiled, erro
 		return nil, err
 	}
 	return p.rla.get(sum, func() (*rlaCompiled, error) {
-		body, _, err := canonicalJSON(raw, rateLimitingExtensions...)
+		rc, err := c.parse(raw)
 		if err != nil {
 			return nil, err
 		}
-		var errs []string
-		cfg, err := policy.ParseAdvanced(body)
-		if err != nil {
-			var ve *policy.ValidationError
-			if !errors.As(err, &ve) {
-				return nil, err
-			}
-			for _, fe := range ve.Errors {
-				errs = append(errs, fe.String())
-			}
-		}
-		rc := &rlaCompiled{p: p, cfg: cfg, sharedKey: DefaultSharedKey, groupSource: "consumer_tags",
-			groupKey: DefaultSharedKey, variants: map[string]*policy.Advanced{}}
-		errs = append(errs, rc.extensions(c)...)
-		if len(errs) > 0 {
-			return nil, fmt.Errorf("%w: sluice-rate-limiting: %s", ErrInvalidConfig, joinErrs(errs))
-		}
-		if rc.adv, err = policy.NewAdvanced(cfg, p.registry); err != nil {
+		rc.p = p
+		if rc.adv, err = policy.NewAdvanced(rc.cfg, p.registry); err != nil {
 			return nil, fmt.Errorf("%w: sluice-rate-limiting: %w", ErrInvalidConfig, err)
 		}
 		rc.plan()
 		return rc, nil
 	})
+}
+
+// Validate checks the config as the plugin does on its first request,
+// without building stores or connecting to Redis. The error wraps
+// ErrInvalidConfig and lists every problem with its field path.
+func (c *RateLimitingConfig) Validate() error {
+	raw, err := rawOrMarshal(c.raw, c)
+	if err != nil {
+		return err
+	}
+	_, err = c.parse(raw)
+	return err
+}
+
+// parse runs the policy parser on the Kong fields and checks the
+// extensions.
+func (c *RateLimitingConfig) parse(raw []byte) (*rlaCompiled, error) {
+	body, _, err := canonicalJSON(raw, rateLimitingExtensions...)
+	if err != nil {
+		return nil, err
+	}
+	var errs []string
+	cfg, err := policy.ParseAdvanced(body)
+	if err != nil {
+		var ve *policy.ValidationError
+		if !errors.As(err, &ve) {
+			return nil, err
+		}
+		for _, fe := range ve.Errors {
+			errs = append(errs, fe.String())
+		}
+	}
+	rc := &rlaCompiled{cfg: cfg, sharedKey: DefaultSharedKey, groupSource: "consumer_tags",
+		groupKey: DefaultSharedKey, variants: map[string]*policy.Advanced{}}
+	errs = append(errs, rc.extensions(c)...)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: sluice-rate-limiting: %s", ErrInvalidConfig, joinErrs(errs))
+	}
+	return rc, nil
 }
 
 // extensions reads the sluice-only fields; a shared key becomes a leading
