@@ -9,6 +9,13 @@ import (
 	"github.com/seed-008287da/sluice/internal/testservers"
 )
 
+// Tests decide with the caller's clock and give Redis calls time on a
+// loaded machine: a call that times out is decided locally, which these
+// tests (except the fallback ones) must not see.
+const testRedisTimeout = 10 * time.Second
+
+var testRedisOpts = RegistryOptions{RedisCallerClock: true, RedisTimeout: testRedisTimeout}
+
 func redisConfigJSON(srv *testservers.RedisServer) string {
 	return `"redis":{"host":"127.0.0.1","port":` + strconv.Itoa(srv.Port()) + `}`
 }
@@ -18,8 +25,8 @@ func redisConfigJSON(srv *testservers.RedisServer) string {
 func TestRedisStrategySharedAcrossNodes(t *testing.T) {
 	srv := testservers.Redis(t, testservers.RedisOptions{})
 	cfg := `{"limit":[3],"window_size":[60],"window_type":"fixed","namespace":"orders","identifier":"ip","strategy":"redis","sync_rate":0,` + redisConfigJSON(srv) + `}`
-	nodeA := newRegistry(t, RegistryOptions{RedisCallerClock: true})
-	nodeB := newRegistry(t, RegistryOptions{RedisCallerClock: true})
+	nodeA := newRegistry(t, testRedisOpts)
+	nodeB := newRegistry(t, testRedisOpts)
 	a := newAdvanced(t, nodeA, cfg)
 	b := newAdvanced(t, nodeB, cfg)
 	runCalls(t, a, []call{{t: time.Second, repeat: 2, allowed: true, headers: want{"X-RateLimit-Remaining-minute": "0"}}})
@@ -51,7 +58,7 @@ func TestRedisStrategySharedAcrossNodes(t *testing.T) {
 // headers, never failed (spec §2.9).
 func TestRedisDownFallsBackToLocal(t *testing.T) {
 	srv := testservers.Redis(t, testservers.RedisOptions{})
-	a := newAdvanced(t, newRegistry(t, RegistryOptions{RedisCallerClock: true}),
+	a := newAdvanced(t, newRegistry(t, testRedisOpts),
 		`{"limit":[2],"window_size":[60],"window_type":"fixed","namespace":"n","identifier":"ip","strategy":"redis","sync_rate":0,`+redisConfigJSON(srv)+`}`)
 	runCalls(t, a, []call{{t: time.Second, allowed: true}})
 	srv.Stop()
@@ -72,8 +79,8 @@ func TestRedisDownFallsBackToLocal(t *testing.T) {
 func TestBasicRedisPolicy(t *testing.T) {
 	srv := testservers.Redis(t, testservers.RedisOptions{})
 	cfg := `{"minute":2,"policy":"redis","limit_by":"ip",` + redisConfigJSON(srv) + `}`
-	a := newBasic(t, newRegistry(t, RegistryOptions{}), cfg, Scope{})
-	b := newBasic(t, newRegistry(t, RegistryOptions{}), cfg, Scope{})
+	a := newBasic(t, newRegistry(t, testRedisOpts), cfg, Scope{})
+	b := newBasic(t, newRegistry(t, testRedisOpts), cfg, Scope{})
 	runCalls(t, a, []call{{t: time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-Minute": "1"}}})
 	runCalls(t, b, []call{
 		{t: 2 * time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-Minute": "0"}},
@@ -86,7 +93,7 @@ func TestBasicRedisPolicy(t *testing.T) {
 // from RegistryOptions.RedisTLS. A wrong server name fails verification.
 func TestRedisTLS(t *testing.T) {
 	srv := testservers.Redis(t, testservers.RedisOptions{TLS: true})
-	reg := newRegistry(t, RegistryOptions{RedisCallerClock: true, RedisTLS: srv.TLSConfig()})
+	reg := newRegistry(t, RegistryOptions{RedisCallerClock: true, RedisTimeout: testRedisTimeout, RedisTLS: srv.TLSConfig()})
 	tlsCfg := func(name string) string {
 		return `{"limit":[1],"window_size":[60],"namespace":"tls-` + name + `","strategy":"redis","sync_rate":0,` +
 			`"redis":{"host":"127.0.0.1","port":` + strconv.Itoa(srv.Port()) + `,"ssl":true,"ssl_verify":true,"server_name":"` + name + `"}}`
@@ -110,7 +117,7 @@ func TestRedisTLS(t *testing.T) {
 func TestRedisUnreachableAtStart(t *testing.T) {
 	srv := testservers.Redis(t, testservers.RedisOptions{})
 	srv.Stop()
-	reg := newRegistry(t, RegistryOptions{RedisCallerClock: true})
+	reg := newRegistry(t, testRedisOpts)
 	a := newAdvanced(t, reg, `{"limit":[100],"window_size":[3600],"window_type":"fixed","namespace":"late","identifier":"ip","strategy":"redis","sync_rate":0,`+redisConfigJSON(srv)+`}`)
 	runCalls(t, a, []call{{t: 0, allowed: true, headers: want{"X-RateLimit-Remaining-hour": "99"}}})
 
@@ -137,8 +144,8 @@ func TestRedisWaitingRoomAcrossNodes(t *testing.T) {
 	srv := testservers.Redis(t, testservers.RedisOptions{})
 	cfg := `{"limit":[1],"window_size":[3600],"window_type":"fixed","namespace":"room","identifier":"ip","strategy":"redis","sync_rate":0,` +
 		`"throttling":{"enabled":true,"interval":1000,"retry_times":1,"queue_limit":1},` + redisConfigJSON(srv) + `}`
-	a := newAdvanced(t, newRegistry(t, RegistryOptions{RedisCallerClock: true}), cfg)
-	b := newAdvanced(t, newRegistry(t, RegistryOptions{RedisCallerClock: true}), cfg)
+	a := newAdvanced(t, newRegistry(t, testRedisOpts), cfg)
+	b := newAdvanced(t, newRegistry(t, testRedisOpts), cfg)
 	runCalls(t, a, []call{{t: 0, allowed: true}})
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -61,6 +61,10 @@ type RegistryOptions struct {
 	// Logger receives the default Redis stores' state changes (fallback to
 	// local counters and back); nil discards them.
 	Logger *slog.Logger
+	// RedisTimeout bounds every call of the default Redis stores; a
+	// decision whose call does not return in time is decided with local
+	// counters. Zero means the store's default (200 ms).
+	RedisTimeout time.Duration
 	// RedisTLS is the base TLS configuration of the default Redis clients
 	// when a config sets ssl: the root CAs that ssl_verify checks against
 	// (Kong's lua_ssl_trusted_certificate) and client certificates. Nil

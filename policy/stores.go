@@ -88,6 +88,7 @@ func (r *Registry) redisStoreLocked(cfg RedisStoreConfig, fp string) (ratelimit.
 		Namespace:   cfg.Namespace,
 		SyncRate:    syncRate,
 		CallerClock: r.opts.RedisCallerClock || cfg.CallerClock,
+		Timeout:     r.opts.RedisTimeout,
 		Logger:      r.opts.Logger,
 	})
 	if err != nil {
