@@ -136,7 +136,8 @@ type KongKeys struct {
 	WorkspaceID        string
 }
 
-var kongKeys = []string{"__key__", "__seq__"}
+// ignoredKongKeys are Kong-added keys sluice has no use for.
+var ignoredKongKeys = []string{"__key__", "__seq__"}
 
 // readKongKeys accepts the keys Kong adds and keeps the useful ones.
 func readKongKeys(f *fields) KongKeys {
@@ -162,7 +163,7 @@ func readKongKeys(f *fields) KongKeys {
 			}
 		}
 	}
-	f.ignore(kongKeys...)
+	f.ignore(ignoredKongKeys...)
 	return k
 }
 
