@@ -46,6 +46,7 @@ type Exchange struct {
 	// RequestID is the id sent in X-Kong-Request-Id and in error bodies.
 	RequestID string
 
+	gen         *generation
 	storeErrs   []error
 	respHeaders [][2]string
 	responded   bool

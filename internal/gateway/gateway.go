@@ -173,6 +173,14 @@ type generation struct {
 	router   *router.Router
 	chains   map[*kongconf.Route]*chain
 	closers  []io.Closer
+	// counters caches the request counter of each (route, status), so the
+	// hot path skips the label hashing of WithLabelValues.
+	counters sync.Map // counterKey -> prometheus.Counter
+}
+
+type counterKey struct {
+	route *kongconf.Route
+	code  int
 }
 
 // close releases the generation's plugin instances (their references to
@@ -330,7 +338,8 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 			closers = append(closers, c)
 		}
 		if p.Enabled {
-			insts = append(insts, &instance{entity: p, factory: f, plugin: pl, rank: r, priority: f.Priority})
+			insts = append(insts, &instance{entity: p, factory: f, plugin: pl, rank: r, priority: f.Priority,
+				latency: g.metrics.decisionTime.WithLabelValues(p.Name)})
 		}
 	}
 	if len(errs) > 0 {

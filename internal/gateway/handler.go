@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -57,6 +58,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		x.RespondError(fasthttp.StatusServiceUnavailable, "no configuration loaded")
 		return
 	}
+	x.gen = gen
 	peer, proxied := peerAddr(ctx)
 	var values []string
 	if h := g.opts.ClientIP.Header(); h != "" && h != clientip.ProxyProtocol {
@@ -121,7 +123,7 @@ func (g *Gateway) access(x *Exchange, in *instance) error {
 		g.metrics.storeErrors.WithLabelValues(in.entity.Name).Inc()
 		g.log.Warn("counter store failed", "plugin", in.entity.Name, "request_id", x.RequestID, "error", se.Error())
 	}
-	g.metrics.decisionTime.WithLabelValues(in.entity.Name).Observe(time.Since(t0).Seconds())
+	in.latency.Observe(time.Since(t0).Seconds())
 	outcome := "allowed"
 	if x.responded {
 		outcome = "denied"
@@ -134,7 +136,7 @@ func (g *Gateway) access(x *Exchange, in *instance) error {
 	if err != nil {
 		outcome = "error"
 	}
-	g.metrics.decisions.WithLabelValues(in.entity.Name, outcome).Inc()
+	in.decision(g.metrics, outcome).Inc()
 	if span != nil {
 		span.SetAttributes(attribute.String("sluice.outcome", outcome))
 		if err != nil {
@@ -145,6 +147,19 @@ func (g *Gateway) access(x *Exchange, in *instance) error {
 		x.Context = trace.ContextWithSpan(x.Context, trace.SpanFromContext(x.Context)) // parent stays
 	}
 	return err
+}
+
+func (g *Gateway) requestCounter(gen *generation, r *kongconf.Route, route, service string, status int) prometheus.Counter {
+	if gen == nil {
+		return g.metrics.requests.WithLabelValues(route, service, strconv.Itoa(status))
+	}
+	k := counterKey{r, status}
+	if c, ok := gen.counters.Load(k); ok {
+		return c.(prometheus.Counter)
+	}
+	c := g.metrics.requests.WithLabelValues(route, service, strconv.Itoa(status))
+	gen.counters.Store(k, c)
+	return c
 }
 
 // end is the log phase: metrics, access log and the plugins' OnEnd
@@ -161,7 +176,7 @@ func (g *Gateway) end(x *Exchange, start time.Time) {
 	if x.Service != nil {
 		service = nameOrID(x.Service.Name, x.Service.ID)
 	}
-	g.metrics.requests.WithLabelValues(route, service, strconv.Itoa(status)).Inc()
+	g.requestCounter(x.gen, x.Route, route, service, status).Inc()
 	g.metrics.inflight.Dec()
 	if g.opts.AccessLog {
 		attrs := []slog.Attr{

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"log/slog"
 	"sort"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
 )
@@ -56,6 +59,18 @@ type instance struct {
 	plugin   Plugin
 	rank     int
 	priority int
+	// latency and outcomes cache the instance's metric children.
+	latency  prometheus.Observer
+	outcomes sync.Map // string -> prometheus.Counter
+}
+
+func (in *instance) decision(m *Metrics, outcome string) prometheus.Counter {
+	if c, ok := in.outcomes.Load(outcome); ok {
+		return c.(prometheus.Counter)
+	}
+	c := m.decisions.WithLabelValues(in.entity.Name, outcome)
+	in.outcomes.Store(outcome, c)
+	return c
 }
 
 // rank is Kong Enterprise's plugin precedence with consumer groups (spec
