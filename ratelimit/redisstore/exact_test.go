@@ -81,6 +81,9 @@ func exactness(t *testing.T, c *Client) {
 				return d.Allowed, err
 			})
 			if got != w {
+				for i, s := range stores {
+					t.Logf("store %d: %+v", i, s.Stats())
+				}
 				t.Fatalf("phase %d: %d admitted, want %d", p, got, w)
 			}
 		}

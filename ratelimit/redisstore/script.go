@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"syscall"
+	"time"
 
 	"github.com/redis/rueidis"
 )
@@ -65,16 +66,45 @@ func staleConn(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
+// maxStale is how many times a call is resent after meeting a dead
+// connection. The client replaces a dead connection asynchronously, so each
+// resend first waits a little longer (1, 2, 4, 8 ms), within the call's
+// deadline.
+const maxStale = 4
+
+// staleWait waits before resend attempt n (1-based), or reports false when
+// ctx ends first.
+func staleWait(ctx context.Context, n int) bool {
+	t := time.NewTimer(time.Millisecond << (n - 1))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // exec runs the script once. It reports the number of round trips made.
 func (sc *script) exec(ctx context.Context, rc rueidis.Client, keys, args []string) (rueidis.RedisResult, int) {
-	res := rc.Do(ctx, sc.evalsha(rc, keys, args))
-	trips := 1
-	if staleConn(res.Error()) {
-		res = rc.Do(ctx, sc.evalsha(rc, keys, args))
-		trips++
-	}
+	res, trips := do(ctx, rc, func() rueidis.Completed { return sc.evalsha(rc, keys, args) })
 	if isNoScript(res.Error()) {
-		return rc.Do(ctx, sc.eval(rc, keys, args)), trips + 1
+		var more int
+		res, more = do(ctx, rc, func() rueidis.Completed { return sc.eval(rc, keys, args) })
+		trips += more
+	}
+	return res, trips
+}
+
+// do sends one command, again on a fresh connection when it met a dead
+// one. build makes the command anew for each send: sent commands are
+// recycled by the client.
+func do(ctx context.Context, rc rueidis.Client, build func() rueidis.Completed) (rueidis.RedisResult, int) {
+	res := rc.Do(ctx, build())
+	trips := 1
+	for trips <= maxStale && staleConn(res.Error()) && staleWait(ctx, trips) {
+		res = rc.Do(ctx, build())
+		trips++
 	}
 	return res, trips
 }
@@ -88,16 +118,7 @@ type call struct {
 // on Cluster), and runs again with EVAL those that met a server without
 // the script. It reports the number of pipelines sent.
 func (sc *script) execMulti(ctx context.Context, rc rueidis.Client, calls []call) ([]rueidis.RedisResult, int) {
-	cmds := make(rueidis.Commands, len(calls))
-	for i, c := range calls {
-		cmds[i] = sc.evalsha(rc, c.keys, c.args)
-	}
-	res := rc.DoMulti(ctx, cmds...)
-	trips := 1
-	if len(res) > 0 && staleConn(res[0].Error()) {
-		res = rc.DoMulti(ctx, cmds...)
-		trips++
-	}
+	res, trips := doMulti(ctx, rc, len(calls), func(i int) rueidis.Completed { return sc.evalsha(rc, calls[i].keys, calls[i].args) })
 	var again []int
 	for i, r := range res {
 		if isNoScript(r.Error()) {
@@ -107,12 +128,31 @@ func (sc *script) execMulti(ctx context.Context, rc rueidis.Client, calls []call
 	if len(again) == 0 {
 		return res, trips
 	}
-	cmds = cmds[:0]
-	for _, i := range again {
-		cmds = append(cmds, sc.eval(rc, calls[i].keys, calls[i].args))
-	}
-	for j, r := range rc.DoMulti(ctx, cmds...) {
+	more, n := doMulti(ctx, rc, len(again), func(j int) rueidis.Completed {
+		c := calls[again[j]]
+		return sc.eval(rc, c.keys, c.args)
+	})
+	for j, r := range more {
 		res[again[j]] = r
 	}
-	return res, trips + 1
+	return res, trips + n
+}
+
+// doMulti sends n commands in one pipeline, again on a fresh connection
+// when they met a dead one.
+func doMulti(ctx context.Context, rc rueidis.Client, n int, build func(i int) rueidis.Completed) ([]rueidis.RedisResult, int) {
+	cmds := make(rueidis.Commands, n)
+	send := func() []rueidis.RedisResult {
+		for i := range cmds {
+			cmds[i] = build(i)
+		}
+		return rc.DoMulti(ctx, cmds...)
+	}
+	res := send()
+	trips := 1
+	for trips <= maxStale && len(res) > 0 && staleConn(res[0].Error()) && staleWait(ctx, trips) {
+		res = send()
+		trips++
+	}
+	return res, trips
 }

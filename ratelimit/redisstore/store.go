@@ -68,8 +68,17 @@ type Options struct {
 
 	// CallerClock decides with Request.Now (and LeaseRequest.Now) instead
 	// of Redis' TIME. The default, Redis' clock, gives every node one clock;
-	// the caller's clock makes decisions reproducible in tests.
+	// the caller's clock makes decisions reproducible in tests. Redis still
+	// expires keys by its own clock, so with CallerClock every key is kept
+	// at least an hour of real time.
 	CallerClock bool
+
+	// MaxBatch is the largest number of synchronous decisions sent in one
+	// script call; zero means 128. 1 sends every decision as its own call
+	// (still pipelined with the others on a shared connection).
+	MaxBatch int
+	// Batchers is the number of batches in flight at once; zero means 4.
+	Batchers int
 
 	// Timeout bounds every Redis call, below the caller's own deadline;
 	// zero means 200 ms. A decision whose call does not return in time is
@@ -102,9 +111,12 @@ type Store struct {
 	br     breaker
 	logger *slog.Logger
 
+	cluster bool
+	queue   chan *takeCall
+
 	closed atomic.Bool
 	stop   chan struct{}
-	done   chan struct{}
+	wg     sync.WaitGroup
 	syncMu sync.Mutex
 
 	decisions, localDecisions, redisCalls, redisErrors, syncs atomic.Uint64
@@ -136,6 +148,12 @@ func New(c *Client, opts Options) (*Store, error) {
 			opts.Cooldown = opts.SyncRate
 		}
 	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 128
+	}
+	if opts.Batchers <= 0 {
+		opts.Batchers = 4
+	}
 	if opts.Prefix == "" {
 		opts.Prefix = "sluice"
 	}
@@ -147,21 +165,27 @@ func New(c *Client, opts Options) (*Store, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{
-		rc:     c.rc,
-		opts:   opts,
-		tag:    opts.Prefix + ":{" + strconv.Itoa(len(opts.Namespace)) + ":" + opts.Namespace,
-		local:  newLocal(),
-		logger: logger,
-		stop:   make(chan struct{}),
-		done:   make(chan struct{}),
+		rc:      c.rc,
+		opts:    opts,
+		tag:     opts.Prefix + ":{" + strconv.Itoa(len(opts.Namespace)) + ":" + opts.Namespace,
+		local:   newLocal(),
+		logger:  logger,
+		stop:    make(chan struct{}),
+		cluster: c.cluster,
 	}
 	s.br.threshold = int32(opts.FailureThreshold)
 	s.br.cooldown = opts.Cooldown
 	s.br.onChange = s.stateChanged
-	if opts.ManualSync {
-		close(s.done)
-	} else {
+	if !opts.ManualSync {
+		s.wg.Add(1)
 		go s.loop()
+	}
+	if opts.SyncRate == 0 && opts.MaxBatch > 1 {
+		s.queue = make(chan *takeCall, opts.MaxBatch*opts.Batchers)
+		for range opts.Batchers {
+			s.wg.Add(1)
+			go s.batcher()
+		}
 	}
 	return s, nil
 }
@@ -284,30 +308,33 @@ func (s *Store) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Decisi
 	}
 	d, err := s.takeRedis(ctx, &r)
 	if err == nil {
-		s.br.success()
 		return d, nil
 	}
-	if s.unavailable(r.Now, err) {
+	if isUnavailable(err) {
 		s.localDecisions.Add(1)
 		return s.local.take(&r, false), nil
 	}
 	return ratelimit.Decision{}, err
 }
 
-// unavailable classifies err from a Redis call. A Redis that did not
+// isUnavailable classifies err from a Redis call. A Redis that did not
 // answer, or answered that it cannot serve now (LOADING, READONLY after a
-// failover, CLUSTERDOWN...), feeds the breaker and is reported true: the
-// caller decides locally. Any other error is Redis' answer: the breaker
-// counts it as a success and the error goes to the caller.
-func (s *Store) unavailable(now time.Time, err error) bool {
-	s.redisErrors.Add(1)
+// failover, CLUSTERDOWN...), is unavailable: the caller decides locally.
+// Any other error is Redis' answer (ErrBadReply) or the store's state
+// (ErrClosed) and goes to the caller.
+func isUnavailable(err error) bool {
 	var re *rueidis.RedisError
-	if errors.As(err, &re) && !transient(re) || errors.Is(err, ErrBadReply) {
-		s.br.success()
+	if errors.As(err, &re) && !transient(re) {
 		return false
 	}
-	s.br.failure(now, err)
-	return true
+	return !errors.Is(err, ErrBadReply) && !errors.Is(err, ratelimit.ErrClosed)
+}
+
+// unavailable records the failed call err with the breaker and reports
+// whether the caller should decide locally.
+func (s *Store) unavailable(now time.Time, err error) bool {
+	s.record(now, err)
+	return isUnavailable(err)
 }
 
 func transient(re *rueidis.RedisError) bool {
@@ -330,6 +357,20 @@ func (s *Store) nowArg(now time.Time) string {
 	return strconv.FormatInt(floorDiv(now.UnixNano(), 1000), 10)
 }
 
+// callerClockTTL is the least real time a key lives in Redis when
+// decisions use the caller's clock: Redis expires keys by its own clock,
+// which then says nothing about the caller's timeline.
+const callerClockTTL = time.Hour
+
+// minTTL returns the least time to live of a written key, in ms, as the
+// scripts take it.
+func (s *Store) minTTL() string {
+	if s.opts.CallerClock {
+		return itoa(int64(callerClockTTL / time.Millisecond))
+	}
+	return "0"
+}
+
 func floorDiv(a, b int64) int64 {
 	q := a / b
 	if a%b != 0 && (a < 0) != (b < 0) {
@@ -338,17 +379,19 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// takeRedis runs take.lua for r and rebuilds the decision with
+// takeRedis decides r with take.lua, in a batch with other concurrent
+// decisions unless MaxBatch is 1, and rebuilds the decision with
 // ratelimit.Apply from the counters the script read.
 func (s *Store) takeRedis(ctx context.Context, r *ratelimit.Request) (ratelimit.Decision, error) {
 	n := len(r.Limits)
 	keys := make([]string, n)
-	args := make([]string, 3, 3+4*n)
+	args := make([]string, 4, 4+4*n)
 	args[0] = s.nowArg(r.Now)
-	args[1] = strconv.FormatInt(r.Cost, 10)
-	args[2] = "0"
+	args[1] = itoa(int64(n))
+	args[2] = itoa(r.Cost)
+	args[3] = "0"
 	if r.Penalty {
-		args[2] = "1"
+		args[3] = "1"
 	}
 	for i, l := range r.Limits {
 		keys[i] = s.counterKey(r.Key, l.CounterID())
@@ -367,40 +410,51 @@ func (s *Store) takeRedis(ctx context.Context, r *ratelimit.Request) (ratelimit.
 				b = int64(mulSat(uint64(r.Cost), t))
 			}
 		}
-		args = append(args, strconv.FormatInt(kind, 10), strconv.FormatInt(l.Count, 10),
-			strconv.FormatInt(a, 10), strconv.FormatInt(b, 10))
+		args = append(args, itoa(kind), itoa(l.Count), itoa(a), itoa(b))
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	res, trips := takeScript.exec(ctx, s.rc, keys, args)
-	s.redisCalls.Add(uint64(trips))
-	vals, err := res.ToArray()
-	if err != nil {
-		return ratelimit.Decision{}, replyErr("take.lua", err)
+	if s.queue == nil {
+		res, trips := takeScript.exec(ctx, s.rc, keys, append([]string{"1", s.minTTL()}, args...))
+		s.redisCalls.Add(uint64(trips))
+		vals, err := res.ToArray()
+		if err != nil {
+			err = replyErr("take.lua", err)
+			s.record(r.Now, err)
+			return ratelimit.Decision{}, err
+		}
+		s.record(r.Now, nil)
+		return s.decodeTake(r, vals)
 	}
-	if len(vals) != 2+3*n {
-		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua returned %d values, want %d", ErrBadReply, len(vals), 2+3*n)
+	c := &takeCall{keys: keys, args: args, n: n, now: r.Now, done: make(chan takeResult, 1)}
+	if s.cluster {
+		c.slot = slot(keys[0])
 	}
-	ints, err := int64s(vals)
-	if err != nil {
-		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua: %w", ErrBadReply, err)
+	select {
+	case s.queue <- c:
+	case <-ctx.Done():
+		return ratelimit.Decision{}, fmt.Errorf("redisstore: queueing a decision: %w", ctx.Err())
+	case <-s.stop:
+		return ratelimit.Decision{}, ratelimit.ErrClosed
 	}
-	var buf [4]ratelimit.Counter
-	cs := buf[:0]
-	for i := range n {
-		cs = append(cs, ratelimit.Counter{Start: ints[2+3*i], Cur: ints[3+3*i], Prev: ints[4+3*i]})
+	select {
+	case res := <-c.done:
+		if res.err != nil {
+			return ratelimit.Decision{}, res.err
+		}
+		return s.decodeTake(r, res.vals)
+	case <-ctx.Done():
+		// The batch is still out; the breaker hears of the timeout now,
+		// so the callers behind this one do not wait for it too.
+		err := fmt.Errorf("redisstore: waiting for a decision: %w", ctx.Err())
+		s.record(r.Now, err)
+		return ratelimit.Decision{}, err
+	case <-s.stop:
+		return ratelimit.Decision{}, ratelimit.ErrClosed
 	}
-	rr := *r
-	if !s.opts.CallerClock {
-		rr.Now = time.UnixMicro(ints[1])
-	}
-	d := ratelimit.Apply(&rr, cs)
-	if d.Allowed != (ints[0] == 1) {
-		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua decided allowed=%v but ratelimit.Apply %v for %q", ErrBadReply, ints[0] == 1, d.Allowed, r.Key)
-	}
-	s.local.put(r, cs)
-	return d, nil
 }
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // replyErr wraps the error of a call. An error Redis answered that is not
 // about availability (WRONGTYPE, NOPERM, a script error) wraps ErrBadReply;
@@ -463,7 +517,7 @@ func (s *Store) Acquire(ctx context.Context, r ratelimit.LeaseRequest) (ratelimi
 func (s *Store) acquireRedis(ctx context.Context, r *ratelimit.LeaseRequest) (ratelimit.Lease, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	args := []string{s.nowArg(r.Now), r.ID, strconv.FormatInt(r.Max, 10), strconv.FormatInt(int64(r.TTL/time.Microsecond), 10)}
+	args := []string{s.nowArg(r.Now), r.ID, strconv.FormatInt(r.Max, 10), strconv.FormatInt(int64(r.TTL/time.Microsecond), 10), s.minTTL()}
 	res, trips := acquireScript.exec(ctx, s.rc, []string{s.leaseKey(r.Key)}, args)
 	s.redisCalls.Add(uint64(trips))
 	vals, err := res.ToArray()
@@ -504,8 +558,9 @@ func (s *Store) Release(ctx context.Context, key, id string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	s.redisCalls.Add(1)
-	err := s.rc.Do(ctx, s.rc.B().Zrem().Key(s.leaseKey(key)).Member(id).Build()).Error()
+	res, trips := do(ctx, s.rc, func() rueidis.Completed { return s.rc.B().Zrem().Key(s.leaseKey(key)).Member(id).Build() })
+	s.redisCalls.Add(uint64(trips))
+	err := res.Error()
 	if err == nil {
 		s.br.success()
 		return nil
@@ -560,9 +615,7 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	if !s.opts.ManualSync {
-		close(s.stop)
-	}
-	<-s.done
+	close(s.stop)
+	s.wg.Wait()
 	return nil
 }

@@ -15,7 +15,7 @@ const sweepInterval = 30 * time.Second
 
 // loop runs sync cycles (or sweeps) until Close.
 func (s *Store) loop() {
-	defer close(s.done)
+	defer s.wg.Done()
 	interval := s.opts.SyncRate
 	if interval <= 0 {
 		interval = sweepInterval
@@ -135,7 +135,7 @@ func (s *Store) Sync(ctx context.Context, now time.Time) error {
 			keys: []string{s.counterKey(it.key, it.id)},
 			args: []string{nowArg, strconv.FormatInt(kind, 10), strconv.FormatInt(w, 10),
 				strconv.FormatInt(it.p[0].start, 10), strconv.FormatInt(it.p[0].d, 10),
-				strconv.FormatInt(it.p[1].start, 10), strconv.FormatInt(it.p[1].d, 10)},
+				strconv.FormatInt(it.p[1].start, 10), strconv.FormatInt(it.p[1].d, 10), s.minTTL()},
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.cycleTimeout())

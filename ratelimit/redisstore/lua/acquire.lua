@@ -5,6 +5,7 @@
 -- ARGV[2]  lease id.
 -- ARGV[3]  max live leases.
 -- ARGV[4]  ttl in microseconds.
+-- ARGV[5]  the least time to live of the set in ms (see take.lua).
 --
 -- Expired leases (score <= now) are removed before the check. An id that
 -- is already live is renewed without taking a second slot.
@@ -20,16 +21,16 @@ local id = ARGV[2]
 local max = tonumber(ARGV[3])
 local ttl = tonumber(ARGV[4])
 
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_us)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now_us))
 local held = redis.call('ZSCORE', KEYS[1], id)
 local n = redis.call('ZCARD', KEYS[1])
 if held or n < max then
   local exp = now_us + ttl
-  redis.call('ZADD', KEYS[1], exp, id)
+  redis.call('ZADD', KEYS[1], string.format('%d', exp), id)
   if not held then n = n + 1 end
   local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
   local keep = math.ceil((tonumber(last[2]) - now_us) / 1000) + 1
-  redis.call('PEXPIRE', KEYS[1], keep)
+  redis.call('PEXPIRE', KEYS[1], string.format('%d', math.max(keep, tonumber(ARGV[5]))))
   return { 1, n, now_us, exp }
 end
 local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

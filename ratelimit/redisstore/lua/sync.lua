@@ -10,6 +10,7 @@
 --                   bucket: unused and the sum of admitted increments in us.
 -- ARGV[6], ARGV[7]  window: start and hits of a second batch (0 hits when
 --                   none); bucket: unused.
+-- ARGV[8]  the least time to live of the key in ms (see take.lua).
 --
 -- Hits of a window older than the previous one are dropped: they can no
 -- longer affect a decision. Reply: { s, c, p } after the push.
@@ -69,14 +70,13 @@ end
 if changed then
   local ttl
   if kind == 2 then
-    redis.call('HSET', KEYS[1], 's', s)
+    redis.call('HSET', KEYS[1], 's', string.format('%d', s))
     ttl = math.ceil((s - now_us) / 1000) + 1
   else
-    redis.call('HSET', KEYS[1], 's', s, 'c', c, 'p', p)
+    redis.call('HSET', KEYS[1], 's', string.format('%d', s), 'c', string.format('%d', c), 'p', string.format('%d', p))
     ttl = s + 2 * w - now_ms
   end
-  if ttl < 1 then ttl = 1 end
-  redis.call('PEXPIRE', KEYS[1], ttl)
+  redis.call('PEXPIRE', KEYS[1], string.format('%d', math.max(ttl, tonumber(ARGV[8]), 1)))
 end
 
 return { s, c, p }

@@ -1,0 +1,212 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/seed-008287da/sluice/ratelimit"
+)
+
+// Batching. Concurrent synchronous decisions are gathered into one take.lua
+// call: a batcher goroutine takes the first waiting request, adds every
+// other request already waiting (up to MaxBatch), and sends them as one
+// script call, or on Cluster one call per slot in one pipeline. It never
+// waits for a batch to fill, so a lone caller pays no delay; under load the
+// batches grow by themselves. Several batchers keep several batches in
+// flight, pipelined on the shared connection. The script's per-call cost
+// (command dispatch, TIME) is then paid once per batch instead of once per
+// decision.
+
+// takeCall is one request waiting for a batch.
+type takeCall struct {
+	keys []string
+	args []string // now, n, cost, penalty, 4 per limit
+	n    int
+	slot uint16
+	now  time.Time
+	done chan takeResult // buffered: a batcher never blocks on it
+}
+
+type takeResult struct {
+	vals []rueidis.RedisMessage
+	err  error
+}
+
+// batcher runs batches until Close.
+func (s *Store) batcher() {
+	defer s.wg.Done()
+	batch := make([]*takeCall, 0, s.opts.MaxBatch)
+	for {
+		select {
+		case <-s.stop:
+			return
+		case c := <-s.queue:
+			batch = append(batch[:0], c)
+		}
+	fill:
+		for len(batch) < s.opts.MaxBatch {
+			select {
+			case c := <-s.queue:
+				batch = append(batch, c)
+			default:
+				break fill
+			}
+		}
+		s.runBatch(batch)
+		clear(batch)
+	}
+}
+
+// runBatch sends one script call per slot of batch, all in one pipeline,
+// and hands every request its share of the reply.
+func (s *Store) runBatch(batch []*takeCall) {
+	if s.cluster && len(batch) > 1 {
+		sort.SliceStable(batch, func(i, j int) bool { return batch[i].slot < batch[j].slot })
+	}
+	var calls []call
+	var groups [][]*takeCall
+	for i := 0; i < len(batch); {
+		j := i + 1
+		if s.cluster {
+			for j < len(batch) && batch[j].slot == batch[i].slot {
+				j++
+			}
+		} else {
+			j = len(batch)
+		}
+		g := batch[i:j]
+		var keys []string
+		args := []string{itoa(int64(len(g))), s.minTTL()}
+		for _, c := range g {
+			keys = append(keys, c.keys...)
+			args = append(args, c.args...)
+		}
+		calls = append(calls, call{keys: keys, args: args})
+		groups = append(groups, g)
+		i = j
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+	defer cancel()
+	res, trips := takeScript.execMulti(ctx, s.rc, calls)
+	s.redisCalls.Add(uint64(trips))
+	// Check every reply first: the breaker hears of this round trip before
+	// any caller gets its answer.
+	var failed error
+	replies := make([][]rueidis.RedisMessage, len(groups))
+	errs := make([]error, len(groups))
+	for gi, g := range groups {
+		vals, err := res[gi].ToArray()
+		if err != nil {
+			err = replyErr("take.lua", err)
+		} else if want := replyLen(g); len(vals) != want {
+			err = fmt.Errorf("%w: take.lua returned %d values for %d requests, want %d", ErrBadReply, len(vals), len(g), want)
+		}
+		replies[gi], errs[gi] = vals, err
+		if err != nil {
+			failed = err
+		}
+	}
+	s.record(batch[0].now, failed)
+	for gi, g := range groups {
+		vals, err := replies[gi], errs[gi]
+		if err != nil {
+			for _, c := range g {
+				c.done <- takeResult{err: err}
+			}
+			continue
+		}
+		off := 0
+		for _, c := range g {
+			m := 2 + 3*c.n
+			c.done <- takeResult{vals: vals[off : off+m : off+m]}
+			off += m
+		}
+	}
+}
+
+func replyLen(g []*takeCall) int {
+	n := 0
+	for _, c := range g {
+		n += 2 + 3*c.n
+	}
+	return n
+}
+
+// record feeds the breaker with the outcome of one round trip.
+func (s *Store) record(now time.Time, err error) {
+	if err == nil {
+		s.br.success()
+		return
+	}
+	s.redisErrors.Add(1)
+	if isUnavailable(err) {
+		s.br.failure(now, err)
+	} else {
+		s.br.success() // Redis answered
+	}
+}
+
+// slot returns the Redis Cluster slot of key: CRC16 (XMODEM) of its hash
+// tag, or of the whole key without one, modulo 16384.
+func slot(key string) uint16 {
+	if i := indexByte(key, '{'); i >= 0 {
+		if j := indexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc & 16383
+}
+
+func indexByte(s string, b byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == b {
+			return i
+		}
+	}
+	return -1
+}
+
+// decodeTake turns one request's share of a take.lua reply into a
+// decision, replaying ratelimit.Apply on the counters the script read.
+func (s *Store) decodeTake(r *ratelimit.Request, vals []rueidis.RedisMessage) (ratelimit.Decision, error) {
+	n := len(r.Limits)
+	if len(vals) != 2+3*n {
+		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua returned %d values, want %d", ErrBadReply, len(vals), 2+3*n)
+	}
+	if msg, err := vals[0].ToString(); err == nil {
+		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua: %s", ErrBadReply, msg)
+	}
+	ints, err := int64s(vals)
+	if err != nil {
+		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua: %w", ErrBadReply, err)
+	}
+	var buf [4]ratelimit.Counter
+	cs := buf[:0]
+	for i := range n {
+		cs = append(cs, ratelimit.Counter{Start: ints[2+3*i], Cur: ints[3+3*i], Prev: ints[4+3*i]})
+	}
+	rr := *r
+	if !s.opts.CallerClock {
+		rr.Now = time.UnixMicro(ints[1])
+	}
+	d := ratelimit.Apply(&rr, cs)
+	if d.Allowed != (ints[0] == 1) {
+		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua decided allowed=%v but ratelimit.Apply %v for %q", ErrBadReply, ints[0] == 1, d.Allowed, r.Key)
+	}
+	s.local.put(r, cs)
+	return d, nil
+}
