@@ -3,6 +3,7 @@ package kongplugin
 import (
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // maxCompiled bounds each plugin's cache of compiled configs. Kong starts a
@@ -13,8 +14,10 @@ import (
 // dropping one loses no counter (counters live in the Registry).
 const maxCompiled = 512
 
-// compiledCache maps a config hash to its compiled value or its error. It
-// is safe for concurrent use.
+// compiledCache maps a config hash to its compiled value. Errors are not
+// cached: a config that failed (an unreachable overrides source, a Redis
+// that refused the first connection) is compiled again by the next
+// attempt. It is safe for concurrent use.
 type compiledCache[T any] struct {
 	mu    sync.Mutex
 	m     map[[32]byte]*cacheEntry[T]
@@ -23,7 +26,6 @@ type compiledCache[T any] struct {
 
 type cacheEntry[T any] struct {
 	val  T
-	err  error
 	used atomic.Int64
 }
 
@@ -36,7 +38,7 @@ func (c *compiledCache[T]) get(key [32]byte, build func() (T, error)) (T, error)
 	defer c.mu.Unlock()
 	if e, ok := c.m[key]; ok {
 		e.used.Store(tick)
-		return e.val, e.err
+		return e.val, nil
 	}
 	if c.m == nil {
 		c.m = make(map[[32]byte]*cacheEntry[T])
@@ -51,11 +53,14 @@ func (c *compiledCache[T]) get(key [32]byte, build func() (T, error)) (T, error)
 		}
 		delete(c.m, oldest)
 	}
-	e := &cacheEntry[T]{}
-	e.val, e.err = build()
+	val, err := build()
+	if err != nil {
+		return val, err
+	}
+	e := &cacheEntry[T]{val: val}
 	e.used.Store(tick)
 	c.m[key] = e
-	return e.val, e.err
+	return val, nil
 }
 
 // len returns the number of cached entries.
@@ -63,4 +68,42 @@ func (c *compiledCache[T]) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.m)
+}
+
+// retryCompile is how long an instance whose config failed to compile
+// answers with that error before compiling again.
+const retryCompile = 5 * time.Second
+
+// lazy holds an instance's compiled config: built on the first request,
+// kept once built, and retried at most every retryCompile after a failure.
+// The zero value is ready; it is safe for concurrent use.
+type lazy[T any] struct {
+	done atomic.Pointer[T]
+	mu   sync.Mutex
+	err  error
+	at   time.Time
+}
+
+func (l *lazy[T]) get(now func() time.Time, build func() (T, error)) (T, error) {
+	if v := l.done.Load(); v != nil {
+		return *v, nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if v := l.done.Load(); v != nil {
+		return *v, nil
+	}
+	var zero T
+	t := now()
+	if l.err != nil && t.Sub(l.at) < retryCompile && !t.Before(l.at) {
+		return zero, l.err
+	}
+	v, err := build()
+	if err != nil {
+		l.err, l.at = err, t
+		return zero, err
+	}
+	l.done.Store(&v)
+	l.err = nil
+	return v, nil
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -65,9 +64,7 @@ type ConcurrencyConfig struct {
 	HideClientHeaders *bool `json:"hide_client_headers"`
 
 	p    *Process
-	once sync.Once
-	comp *concCompiled
-	err  error
+	comp lazy[*concCompiled]
 }
 
 // NewConcurrency is the go-pdk constructor of sluice-concurrency instances.
@@ -102,8 +99,7 @@ var (
 )
 
 func (c *ConcurrencyConfig) compiled() (*concCompiled, error) {
-	c.once.Do(func() { c.comp, c.err = c.p.compileConcurrency(c) })
-	return c.comp, c.err
+	return c.comp.get(c.p.now, func() (*concCompiled, error) { return c.p.compileConcurrency(c) })
 }
 
 func (p *Process) compileConcurrency(c *ConcurrencyConfig) (*concCompiled, error) {

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"sync"
 )
 
 // The config structs below are what go-pdk turns into the Kong-side schema
@@ -80,9 +79,7 @@ type RateLimitingConfig struct {
 
 	p    *Process
 	raw  []byte
-	once sync.Once
-	comp *rlaCompiled
-	err  error
+	comp lazy[*rlaCompiled]
 }
 
 // ThrottlingConf is rate-limiting-advanced's throttling record.

@@ -153,4 +153,3 @@ func readConf(t *testing.T, file string) map[string]string {
 	}
 	return m
 }
-

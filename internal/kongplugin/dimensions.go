@@ -3,7 +3,6 @@ package kongplugin
 import (
 	"encoding/json"
 	"fmt"
-	"sync"
 
 	"github.com/Kong/go-pdk"
 
@@ -55,9 +54,7 @@ type DimensionsConfig struct {
 
 	p    *Process
 	raw  []byte
-	once sync.Once
-	comp *dimsCompiled
-	err  error
+	comp lazy[*dimsCompiled]
 }
 
 // DimensionConf is one dimension (see dimensions.Dimension).
@@ -134,8 +131,7 @@ type dimsCompiled struct {
 }
 
 func (c *DimensionsConfig) compiled() (*dimsCompiled, error) {
-	c.once.Do(func() { c.comp, c.err = c.p.compileDimensions(c) })
-	return c.comp, c.err
+	return c.comp.get(c.p.now, func() (*dimsCompiled, error) { return c.p.compileDimensions(c) })
 }
 
 func (p *Process) compileDimensions(c *DimensionsConfig) (*dimsCompiled, error) {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -376,5 +377,32 @@ func TestValidate(t *testing.T) {
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrInvalidConfig)):
 			t.Errorf("%s: error %v, want one containing %q", tc.config, err, tc.want)
 		}
+	}
+}
+
+// A config that fails for a reason outside it (here: its overrides file
+// does not exist yet) is compiled again once retryCompile has passed, and
+// works as soon as the reason is gone.
+func TestCompileFailureIsRetried(t *testing.T) {
+	p, clk := newTestProcess(t, Options{})
+	file := t.TempDir() + "/overrides.json"
+	cfg := instance[*DimensionsConfig](t, p.NewDimensions, `{"dimensions": [{"type": "method"}], "overrides_file": "`+file+`"}`)
+	run := func() *kongtest.Exit {
+		k := kongtest.New(t, kongtest.Request{})
+		k.Run(cfg.Access)
+		return k.Exit()
+	}
+	if e := run(); e == nil || e.Status != 500 {
+		t.Fatalf("missing overrides file: exit %+v", e)
+	}
+	if err := os.WriteFile(file, []byte(`{"overrides": []}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if e := run(); e == nil || e.Status != 500 {
+		t.Fatalf("retried before retryCompile: exit %+v", e)
+	}
+	clk.Advance(retryCompile)
+	if e := run(); e != nil {
+		t.Fatalf("not retried after retryCompile: exit %+v", e)
 	}
 }

@@ -66,8 +66,7 @@ type rlaCompiled struct {
 }
 
 func (c *RateLimitingConfig) compiled() (*rlaCompiled, error) {
-	c.once.Do(func() { c.comp, c.err = c.p.compileRateLimiting(c) })
-	return c.comp, c.err
+	return c.comp.get(c.p.now, func() (*rlaCompiled, error) { return c.p.compileRateLimiting(c) })
 }
 
 func (p *Process) compileRateLimiting(c *RateLimitingConfig) (*rlaCompiled, error) {
