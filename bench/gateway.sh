@@ -91,7 +91,7 @@ PX_PORT=$(freeport)
 nginx_proxy() {
   cat > "$WORK/px/$1.conf" <<NGX
 daemon off;
-worker_processes 1;
+worker_processes auto;
 pid $WORK/px/nginx.pid;
 error_log $WORK/px/error.log warn;
 events { worker_connections 4096; }
@@ -198,7 +198,7 @@ fi
 WRK=(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$WORK/clients.lua")
 echo "== commands"
 echo "upstream: $NGINX -p $WORK/up -c $WORK/up/nginx.conf   (nginx return 200, 1 worker)"
-echo "nginx:    $NGINX -p $WORK/px -c $WORK/px/<scenario>.conf   (1 worker)"
+echo "nginx:    $NGINX -p $WORK/px -c $WORK/px/<scenario>.conf   (worker_processes auto: $(nproc))"
 [ $need_sluice = 1 ] && echo "sluice:   $BIN run -c $WORK/<scenario>.yml --proxy-listen 127.0.0.1:$SL_PORT --admin-listen 127.0.0.1:$SL_ADMIN --access-log=false --watch=false --log-level warn"
 echo "load:     ${WRK[*]} http://127.0.0.1:<port>/   (after a 1s warm-up)"
 for s in "${SEL[@]}"; do case $s in
