@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/Kong/go-pdk"
@@ -88,15 +87,17 @@ type leaseStore struct {
 	store ratelimit.Store
 }
 
-// leaseIDs makes lease ids unique across the processes sharing a Redis.
-var (
-	leasePrefix = func() string {
-		b := make([]byte, 8)
-		_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+).
-		return hex.EncodeToString(b) + "-"
-	}()
-	leaseSeq atomic.Uint64
-)
+// leaseID returns an id unique to this process and call: a random
+// per-process prefix keeps the ids of processes sharing a Redis apart.
+func (p *Process) leaseID() string {
+	return p.leasePrefix + strconv.FormatUint(p.leaseSeq.Add(1), 10)
+}
+
+func randomPrefix() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+).
+	return hex.EncodeToString(b) + "-"
+}
 
 func (c *ConcurrencyConfig) compiled() (*concCompiled, error) {
 	return c.comp.get(c.p.now, func() (*concCompiled, error) { return c.p.compileConcurrency(c) })
@@ -266,7 +267,7 @@ func (c *ConcurrencyConfig) Access(kong *pdk.PDK) {
 		_ = kong.Log.Err("sluice-concurrency: reading identity: ", err.Error())
 		return
 	}
-	id := leasePrefix + strconv.FormatUint(leaseSeq.Add(1), 10)
+	id := c.p.leaseID()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	l, err := cc.store.Acquire(ctx, ratelimit.LeaseRequest{Key: key, ID: id, Max: cc.max, TTL: cc.ttl, Now: c.p.now()})

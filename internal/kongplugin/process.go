@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Kong/go-pdk"
@@ -77,12 +78,15 @@ type Process struct {
 	closed    bool
 	overrides map[string]*overridesWatch
 	leases    map[string]*leaseStore
+
+	leasePrefix string
+	leaseSeq    atomic.Uint64
 }
 
 // NewProcess returns the state of one plugin server.
 func NewProcess(opts Options) *Process {
 	p := &Process{now: opts.Now, watch: opts.WatchOverrides, newRedis: opts.NewRedisLeaseStore, log: opts.Logger, registry: opts.Registry,
-		overrides: map[string]*overridesWatch{}, leases: map[string]*leaseStore{}}
+		overrides: map[string]*overridesWatch{}, leases: map[string]*leaseStore{}, leasePrefix: randomPrefix()}
 	if p.now == nil {
 		p.now = time.Now
 	}
