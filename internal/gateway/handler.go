@@ -108,6 +108,7 @@ func (g *Gateway) access(x *Exchange, in *instance) error {
 	t0 := time.Now()
 	n := len(x.plugins)
 	var span trace.Span
+	parent := x.Context
 	if tr := g.opts.Tracer; tr != nil {
 		var ctx context.Context
 		ctx, span = tr.Start(x.Context, "sluice.plugin "+in.entity.Name, trace.WithAttributes(
@@ -144,7 +145,7 @@ func (g *Gateway) access(x *Exchange, in *instance) error {
 			span.SetStatus(codes.Error, err.Error())
 		}
 		span.End()
-		x.Context = trace.ContextWithSpan(x.Context, trace.SpanFromContext(x.Context)) // parent stays
+		x.Context = parent // the next plugin's span is a sibling, not a child
 	}
 	return err
 }

@@ -1,0 +1,113 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+const obsConfig = `
+_format_version: "3.0"
+services:
+  - name: svc
+    url: http://127.0.0.1:9
+    routes:
+      - name: term
+        paths: [/]
+        plugins:
+          - name: request-termination
+            config: {status_code: 200, message: hi}
+          - name: rate-limiting-advanced
+            config: {limit: [1], window_size: [60], window_type: fixed, identifier: ip, namespace: obs}
+`
+
+// TestObservability checks the access log line, the decision metrics and
+// the OpenTelemetry span of each plugin decision.
+func TestObservability(t *testing.T) {
+	var logs syncBuffer
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer func() { _ = tp.Shutdown(t.Context()) }()
+	g, base := startGateway(t, obsConfig, Options{
+		Logger:    slog.New(slog.NewJSONHandler(&logs, nil)),
+		AccessLog: true,
+		Tracer:    tp.Tracer("test"),
+	})
+	if r := do(t, "GET", base+"/a", nil); r.status != 200 || !strings.Contains(r.body, `"message":"hi"`) {
+		t.Fatalf("first: %d %s", r.status, r.body)
+	}
+	if r := do(t, "GET", base+"/a", nil); r.status != 429 {
+		t.Fatalf("second: %d %s", r.status, r.body)
+	}
+
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		if m["msg"] == "access" {
+			lines = append(lines, m)
+		}
+	}
+	if len(lines) != 2 {
+		t.Fatalf("%d access lines:\n%s", len(lines), logs.String())
+	}
+	if l := lines[1]; l["status"] != float64(429) || l["route"] != "term" || l["client_ip"] != "127.0.0.1" ||
+		l["plugin.rate-limiting-advanced"] != "denied" || l["request_id"] == "" {
+		t.Errorf("access line: %v", l)
+	}
+
+	m := g.Metrics()
+	if n := testutil.ToFloat64(m.decisions.WithLabelValues("rate-limiting-advanced", "denied")); n != 1 {
+		t.Errorf("denied decisions %v", n)
+	}
+	if n := testutil.ToFloat64(m.decisions.WithLabelValues("rate-limiting-advanced", "allowed")); n != 1 {
+		t.Errorf("allowed decisions %v", n)
+	}
+	if n := testutil.ToFloat64(m.requests.WithLabelValues("term", "svc", "429")); n != 1 {
+		t.Errorf("429 requests %v", n)
+	}
+	if n := testutil.CollectAndCount(m.decisionTime); n != 2 {
+		t.Errorf("%d latency series, want one per plugin", n)
+	}
+
+	var outcomes []string
+	for _, s := range rec.Ended() {
+		if s.Name() != "sluice.plugin rate-limiting-advanced" {
+			continue
+		}
+		for _, a := range s.Attributes() {
+			if a.Key == "sluice.outcome" {
+				outcomes = append(outcomes, a.Value.AsString())
+			}
+		}
+	}
+	if strings.Join(outcomes, ",") != "allowed,denied" {
+		t.Errorf("span outcomes %v", outcomes)
+	}
+}
