@@ -6,6 +6,7 @@
 #   nginx-limit-1      nginx proxy_pass + limit_req, one key ($binary_remote_addr)
 #   nginx-limit-100k   nginx proxy_pass + limit_req keyed by a header over 100k values
 #   sluice-proxy       sluice, a route, no plugin
+#   sluice-rla-mem-1   sluice + rate-limiting-advanced, strategy local, by client IP (1 key)
 #   sluice-rla-mem     sluice + rate-limiting-advanced, strategy local, by header (100k keys)
 #   sluice-rla-redis0  the same with strategy redis, sync_rate 0
 #   sluice-rla-redis01 the same with strategy redis, sync_rate 0.1
@@ -44,6 +45,7 @@ uname -a
 echo "nproc: $(nproc)"
 grep -m1 'model name' /proc/cpuinfo || true
 echo "date: $(date -u +%FT%TZ)   load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "sluice commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo ' (work tree modified)')"
 echo "nginx: $($NGINX -v 2>&1)   wrk: $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)   redis: $(redis-server --version | cut -d' ' -f3)"
 
 # freeport prints a TCP port nobody listens on.
@@ -143,13 +145,15 @@ services:
 $2
 YML
 }
-rla() { # STRATEGY SYNC_RATE
+rla() { # STRATEGY SYNC_RATE [IDENTIFIER]
+  local ident="identifier: header
+      header_name: X-Client"
+  [ "${3:-}" = ip ] && ident="identifier: ip"
   cat <<YML
 plugins:
   - name: rate-limiting-advanced
     config:
-      identifier: header
-      header_name: X-Client
+      $ident
       limit: [1000000000]
       window_size: [3600]
       window_type: sliding
@@ -162,11 +166,12 @@ plugins:
 YML
 }
 sluice_conf sluice-proxy ""
+sluice_conf sluice-rla-mem-1 "$(rla local -1 ip)"
 sluice_conf sluice-rla-mem "$(rla local -1)"
 sluice_conf sluice-rla-redis0 "$(rla redis 0)"
 sluice_conf sluice-rla-redis01 "$(rla redis 0.1)"
 
-SCENARIOS=(nginx-proxy nginx-limit-1 nginx-limit-100k sluice-proxy sluice-rla-mem sluice-rla-redis0 sluice-rla-redis01)
+SCENARIOS=(nginx-proxy nginx-limit-1 nginx-limit-100k sluice-proxy sluice-rla-mem-1 sluice-rla-mem sluice-rla-redis0 sluice-rla-redis01)
 SEL=()
 for s in "${SCENARIOS[@]}"; do [[ $s =~ $ONLY ]] && SEL+=("$s"); done
 
@@ -275,7 +280,8 @@ echo
 echo "ratios (issue 5 targets):"
 echo "  sluice-rla-mem / sluice-proxy        = $(ratio sluice-rla-mem sluice-proxy)   (target >= 0.95)"
 echo "  sluice-rla-mem / nginx-limit-100k    = $(ratio sluice-rla-mem nginx-limit-100k)   (target >= 0.6, stretch 0.8)"
-echo "  sluice-rla-mem / nginx-limit-1       = $(ratio sluice-rla-mem nginx-limit-1)"
+echo "  sluice-rla-mem-1 / nginx-limit-1     = $(ratio sluice-rla-mem-1 nginx-limit-1)   (one key each)"
+echo "  sluice-rla-mem-1 / sluice-proxy      = $(ratio sluice-rla-mem-1 sluice-proxy)"
 echo "  sluice-rla-redis01 / sluice-rla-mem  = $(ratio sluice-rla-redis01 sluice-rla-mem)   (target >= 0.9)"
 echo "  sluice-rla-redis0 / sluice-rla-mem   = $(ratio sluice-rla-redis0 sluice-rla-mem)"
 if [ -n "${P99[sluice-rla-mem]:-}" ] && [ -n "${P99[sluice-proxy]:-}" ]; then
