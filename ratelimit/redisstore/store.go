@@ -73,6 +73,16 @@ type Options struct {
 	// at least an hour of real time.
 	CallerClock bool
 
+	// KongLayout keeps window counters in Kong's Redis layout (one hash per
+	// window and namespace, "<window_start>:<W>:<namespace>", field = key),
+	// so that sluice and Kong nodes with the same namespace share counters.
+	// It holds fixed and sliding windows of whole seconds only (a token
+	// bucket limit is an invalid request), decides with plain commands
+	// instead of one atomic script (see docs/redis.md), puts a whole
+	// namespace in one Cluster slot, and takes window starts from the
+	// node's clock. Leases keep sluice's own keys.
+	KongLayout bool
+
 	// MaxBatch is the largest number of synchronous decisions sent in one
 	// script call; zero means 128. 1 sends every decision as its own call
 	// (still pipelined with the others on a shared connection).
@@ -180,7 +190,7 @@ func New(c *Client, opts Options) (*Store, error) {
 		s.wg.Add(1)
 		go s.loop()
 	}
-	if opts.SyncRate == 0 && opts.MaxBatch > 1 {
+	if opts.SyncRate == 0 && opts.MaxBatch > 1 && !opts.KongLayout {
 		s.queue = make(chan *takeCall, opts.MaxBatch*opts.Batchers)
 		for range opts.Batchers {
 			s.wg.Add(1)
@@ -297,16 +307,31 @@ func (s *Store) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Decisi
 	case s.opts.SyncRate < 0:
 		return s.local.take(&r, false), nil
 	case s.opts.SyncRate > 0:
+		if s.opts.KongLayout {
+			if err := checkKong(r.Limits); err != nil {
+				return ratelimit.Decision{}, err
+			}
+		}
 		return s.local.take(&r, true), nil
 	}
-	if err := checkExact(&r, r.Cost); err != nil {
+	if s.opts.KongLayout {
+		if err := checkKong(r.Limits); err != nil {
+			return ratelimit.Decision{}, err
+		}
+	} else if err := checkExact(&r, r.Cost); err != nil {
 		return ratelimit.Decision{}, err
 	}
 	if !s.br.allow(r.Now) {
 		s.localDecisions.Add(1)
 		return s.local.take(&r, false), nil
 	}
-	d, err := s.takeRedis(ctx, &r)
+	var d ratelimit.Decision
+	var err error
+	if s.opts.KongLayout {
+		d, err = s.takeKong(ctx, &r)
+	} else {
+		d, err = s.takeRedis(ctx, &r)
+	}
 	if err == nil {
 		return d, nil
 	}

@@ -120,6 +120,17 @@ func (s *Store) Sync(ctx context.Context, now time.Time) error {
 		s.syncs.Add(1)
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, s.cycleTimeout())
+	defer cancel()
+	if s.opts.KongLayout {
+		if err := s.syncKong(ctx, now, items); err != nil {
+			s.record(now, err)
+			return err
+		}
+		s.br.success()
+		s.syncs.Add(1)
+		return nil
+	}
 	nowArg := s.nowArg(now)
 	calls := make([]call, len(items))
 	for i := range items {
@@ -138,8 +149,6 @@ func (s *Store) Sync(ctx context.Context, now time.Time) error {
 				strconv.FormatInt(it.p[1].start, 10), strconv.FormatInt(it.p[1].d, 10), s.minTTL()},
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cycleTimeout())
-	defer cancel()
 	res, trips := syncScript.execMulti(ctx, s.rc, calls)
 	s.redisCalls.Add(uint64(trips))
 	nowUs := now.UnixMicro()

@@ -1,0 +1,181 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/rueidis"
+	"github.com/seed-008287da/sluice/ratelimit"
+)
+
+// Kong's layout (spec §2.8), used with Options.KongLayout: one hash per
+// window and namespace, "<window_start>:<W>:<namespace>" (seconds), whose
+// field is the counter key and whose value is the window's count. Kong
+// nodes and sluice nodes sharing one Redis then share their counters.
+//
+// Kong updates these hashes with plain commands (HINCRBY, EXPIRE, HGET),
+// not scripts, and so does the store in this layout: every window count is
+// exact (HINCRBY is atomic), but a decision over several windows is not
+// one atomic step, and a denied call that must not count is taken back
+// with a second HINCRBY. Concurrent callers may then see a count that
+// includes a call about to be taken back: they can be denied early, never
+// admitted beyond the limit of a fixed window. The window start comes from
+// the node's clock, as in Kong.
+
+// kongHash returns the name of the hash of window w (whole seconds) that
+// contains nowMs.
+func (s *Store) kongHash(startMs int64, w time.Duration) string {
+	return strconv.FormatInt(startMs/1000, 10) + ":" + strconv.FormatInt(int64(w/time.Second), 10) + ":" + s.opts.Namespace
+}
+
+// checkKong reports a limit Kong's layout cannot hold.
+func checkKong(ls []ratelimit.Limit) error {
+	for i, l := range ls {
+		if l.Algorithm == ratelimit.TokenBucket || l.Window%time.Second != 0 {
+			return fmt.Errorf("limit %d: %w: Kong's redis layout holds fixed and sliding windows of whole seconds only, got %s", i, ratelimit.ErrInvalidLimit, l)
+		}
+	}
+	return nil
+}
+
+// windowStart returns the start (Unix ms) of the window of l containing
+// now.
+func windowStart(l ratelimit.Limit, now time.Time) int64 {
+	w := int64(l.Window / time.Millisecond)
+	ms := floorDiv(now.UnixNano(), int64(time.Millisecond))
+	return ms - ((ms%w)+w)%w
+}
+
+// takeKong decides r in Kong's layout in synchronous mode: one pipeline
+// adds the cost to every window and reads the previous windows back, and
+// the decision is ratelimit.Apply over the totals. A second pipeline takes
+// the cost back from the windows that must not keep it.
+func (s *Store) takeKong(ctx context.Context, r *ratelimit.Request) (ratelimit.Decision, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	n := len(r.Limits)
+	hashes := make([]string, n)
+	starts := make([]int64, n)
+	res, trips := doMulti(ctx, s.rc, 3*n, func(i int) rueidis.Completed {
+		l := r.Limits[i/3]
+		start := windowStart(l, r.Now)
+		starts[i/3] = start
+		cur := s.kongHash(start, l.Window)
+		hashes[i/3] = cur
+		switch i % 3 {
+		case 0:
+			return s.rc.B().Hincrby().Key(cur).Field(r.Key).Increment(r.Cost).Build()
+		case 1:
+			return s.rc.B().Expire().Key(cur).Seconds(int64(2 * l.Window / time.Second)).Build()
+		}
+		return s.rc.B().Hget().Key(s.kongHash(start-int64(l.Window/time.Millisecond), l.Window)).Field(r.Key).Build()
+	})
+	s.redisCalls.Add(uint64(trips))
+	var buf [4]ratelimit.Counter
+	cs := buf[:0]
+	for i := range n {
+		total, err := res[3*i].AsInt64()
+		if err == nil {
+			err = res[3*i+1].Error()
+		}
+		var prev int64
+		if err == nil {
+			prev, err = res[3*i+2].AsInt64()
+			if rueidis.IsRedisNil(err) {
+				prev, err = 0, nil
+			}
+		}
+		if err != nil {
+			err = replyErr("HINCRBY/HGET", err)
+			s.record(r.Now, err)
+			return ratelimit.Decision{}, err
+		}
+		cs = append(cs, ratelimit.Counter{Start: starts[i], Cur: total - r.Cost, Prev: prev})
+	}
+	s.record(r.Now, nil)
+	d := ratelimit.Apply(r, cs)
+	s.local.put(r, cs)
+	if d.Allowed {
+		return d, nil
+	}
+	var back []int
+	for i := range n {
+		if !d.State(i).Counted {
+			back = append(back, i)
+		}
+	}
+	if len(back) > 0 {
+		res, trips := doMulti(ctx, s.rc, len(back), func(j int) rueidis.Completed {
+			return s.rc.B().Hincrby().Key(hashes[back[j]]).Field(r.Key).Increment(-r.Cost).Build()
+		})
+		s.redisCalls.Add(uint64(trips))
+		for _, x := range res {
+			if err := x.Error(); err != nil {
+				// The decision stands; the count stays one call too high
+				// until the window ends, as when Kong's push fails.
+				s.record(r.Now, replyErr("HINCRBY", err))
+				break
+			}
+		}
+	}
+	return d, nil
+}
+
+// syncKong runs one periodic cycle in Kong's layout: HINCRBY and EXPIRE of
+// every batch of waiting hits, then HGET of the current and previous
+// window of every counter, in one pipeline.
+func (s *Store) syncKong(ctx context.Context, now time.Time, items []syncItem) error {
+	type push struct {
+		hash string
+		key  string
+		d    int64
+		w    time.Duration
+	}
+	var pushes []push
+	for _, it := range items {
+		for _, p := range it.p {
+			if p.d != 0 {
+				pushes = append(pushes, push{s.kongHash(p.start, it.lim.Window), it.key, p.d, it.lim.Window})
+			}
+		}
+	}
+	np := 2 * len(pushes)
+	res, trips := doMulti(ctx, s.rc, np+2*len(items), func(i int) rueidis.Completed {
+		if i < np {
+			p := pushes[i/2]
+			if i%2 == 0 {
+				return s.rc.B().Hincrby().Key(p.hash).Field(p.key).Increment(p.d).Build()
+			}
+			return s.rc.B().Expire().Key(p.hash).Seconds(int64(2 * p.w / time.Second)).Build()
+		}
+		j := i - np
+		it := items[j/2]
+		start := windowStart(it.lim, now)
+		if j%2 == 1 {
+			start -= int64(it.lim.Window / time.Millisecond)
+		}
+		return s.rc.B().Hget().Key(s.kongHash(start, it.lim.Window)).Field(it.key).Build()
+	})
+	s.redisCalls.Add(uint64(trips))
+	for i := range np {
+		if err := res[i].Error(); err != nil {
+			return replyErr("HINCRBY", err)
+		}
+	}
+	nowUs := now.UnixMicro()
+	for j := range items {
+		var v [2]int64
+		for k := range 2 {
+			x, err := res[np+2*j+k].AsInt64()
+			if err != nil && !rueidis.IsRedisNil(err) {
+				return replyErr("HGET", err)
+			}
+			v[k] = x
+		}
+		it := &items[j]
+		s.local.merge(it, ratelimit.Counter{Start: windowStart(it.lim, now), Cur: v[0], Prev: v[1]}, nowUs)
+	}
+	return nil
+}
