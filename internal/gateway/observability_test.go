@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -111,3 +113,7 @@ func TestObservability(t *testing.T) {
 		t.Errorf("span outcomes %v", outcomes)
 	}
 }
+
+func counterValue(c prometheus.Counter) float64 { return testutil.ToFloat64(c) }
+
+func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
