@@ -39,12 +39,14 @@ type ConcurrencyConfig struct {
 	// request the route serves.
 	LeaseTTL *float64 `json:"lease_ttl"`
 	// Identifier is what is counted: "ip" (default), "consumer",
-	// "credential", "service", "route", "header" (HeaderName) or "shared"
-	// (the key of the sluice-dimensions entry in kong.ctx.shared). A
-	// missing value falls back to the IP, as in Kong's rate limiters.
+	// "credential", "service", "route", "header" (HeaderName) or
+	// "dimension" (the key of the sluice-dimensions entry in
+	// kong.ctx.shared; "shared" is accepted as an alias). The names are the
+	// sluice gateway's, so one decK file serves both. A missing value falls
+	// back to the IP, as in Kong's rate limiters.
 	Identifier *string `json:"identifier"`
 	HeaderName *string `json:"header_name"`
-	// SharedKey names the kong.ctx.shared entry of the "shared" identifier;
+	// SharedKey names the kong.ctx.shared entry of the "dimension" identifier;
 	// null means DefaultSharedKey.
 	SharedKey *string `json:"shared_key"`
 	// Namespace separates the counters of unrelated configs; default
@@ -160,8 +162,11 @@ func (c *ConcurrencyConfig) check() (cc *concCompiled, ns, strategy string, errs
 	if c.Identifier != nil {
 		cc.ident = *c.Identifier
 	}
+	if cc.ident == "shared" {
+		cc.ident = "dimension"
+	}
 	switch cc.ident {
-	case "ip", "consumer", "credential", "service", "route", "shared":
+	case "ip", "consumer", "credential", "service", "route", "dimension":
 	case "header":
 		if c.HeaderName == nil || *c.HeaderName == "" {
 			errs = append(errs, "header_name: No header name provided")
@@ -169,7 +174,7 @@ func (c *ConcurrencyConfig) check() (cc *concCompiled, ns, strategy string, errs
 			cc.headerName = *c.HeaderName
 		}
 	default:
-		errs = append(errs, "identifier: expected one of: ip, consumer, credential, service, route, header, shared")
+		errs = append(errs, "identifier: expected one of: ip, consumer, credential, service, route, header, dimension")
 	}
 	if c.SharedKey != nil && *c.SharedKey != "" {
 		cc.sharedKey = *c.SharedKey
@@ -343,7 +348,7 @@ func (c *ConcurrencyConfig) key(kong *pdk.PDK, cc *concCompiled) (string, error)
 		v, err = r.Id, rerr
 	case "header":
 		v, err = kong.Request.GetHeader(cc.headerName)
-	case "shared":
+	case "dimension":
 		var sv any
 		if sv, err = kong.Ctx.GetSharedAny(cc.sharedKey); err == nil {
 			var rec sharedRecord

@@ -11,8 +11,9 @@ import (
 
 // DimensionsPriority runs sluice-dimensions after Kong's authentication
 // plugins (key-auth 1250, basic-auth 1100, ...) and ACL (950), so the
-// consumer is known, and before the rate limiters (910).
-const DimensionsPriority = 920
+// consumer is known, and before the rate limiters (910); the sluice
+// gateway uses the same value.
+const DimensionsPriority = 915
 
 // DimensionsConfig is the config of the sluice-dimensions business plugin:
 // the dimensions config of package policy/dimensions (docs/business-layer.md)

@@ -406,3 +406,25 @@ func TestCompileFailureIsRetried(t *testing.T) {
 		t.Fatalf("not retried after retryCompile: exit %+v", e)
 	}
 }
+
+func TestConcurrencyByDimensionKey(t *testing.T) {
+	p, _ := newTestProcess(t, Options{})
+	cfg := instance[*ConcurrencyConfig](t, p.NewConcurrency, `{"limit": 1, "identifier": "dimension"}`)
+	req := kongtest.Request{ForwardedIP: "10.0.0.1", Shared: map[string]any{DefaultSharedKey: map[string]any{"key": "tenant-a"}}}
+	k := kongtest.New(t, req)
+	if calls := k.Run(cfg.Access); !slices.Equal(calls, []string{"kong.ctx.shared.get", "kong.ctx.shared.set"}) {
+		t.Fatalf("PDK calls = %q", calls)
+	}
+	if m, _ := k.Shared()[LeaseSharedKey].(map[string]any); m["key"] != "dimension:tenant-a" {
+		t.Errorf("lease = %v", m)
+	}
+	// Same IP, no key: counted by IP, apart from the tenant.
+	k = kongtest.New(t, kongtest.Request{ForwardedIP: "10.0.0.1"})
+	if k.Run(cfg.Access); k.Exit() != nil {
+		t.Fatal("IP fallback shares the tenant's slot")
+	}
+	k = kongtest.New(t, req)
+	if k.Run(cfg.Access); k.Exit() == nil {
+		t.Fatal("second lease of the tenant allowed")
+	}
+}
