@@ -3,6 +3,7 @@ package kongplugin
 import (
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -221,5 +222,44 @@ func BenchmarkRateLimitingAccess(b *testing.B) {
 		if calls := k.Run(cfg.Access); len(calls) != 2 || k.Exit() != nil {
 			b.Fatalf("calls %q exit %+v", calls, k.Exit())
 		}
+	}
+}
+
+// BenchmarkDimensionsThenRateLimiting measures the business plugin and the
+// rate limiter on one request, over 1000 tenants: four round trips in all.
+func BenchmarkDimensionsThenRateLimiting(b *testing.B) {
+	p := NewProcess(Options{})
+	defer p.Close()
+	dims := p.NewDimensions().(*DimensionsConfig)
+	rl := p.NewRateLimiting().(*RateLimitingConfig)
+	if err := dims.UnmarshalJSON([]byte(`{"dimensions": [{"type": "header", "header": "X-Tenant"}]}`)); err != nil {
+		b.Fatal(err)
+	}
+	if err := rl.UnmarshalJSON([]byte(`{"limit": [1000000000], "window_size": [60], "identifier": "ip", "shared_key": "sluice", "namespace": "bench2"}`)); err != nil {
+		b.Fatal(err)
+	}
+	const tenants = 1000
+	reqs := make([]kongtest.Request, tenants)
+	for i := range reqs {
+		reqs[i] = kongtest.Request{Headers: http.Header{"X-Tenant": {"t" + strconv.Itoa(i)}}}
+	}
+	keys := map[string]bool{}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		k := kongtest.New(b, reqs[i%tenants])
+		n := len(k.Run(dims.Access))
+		n += len(k.Run(rl.Access))
+		if n != 4 || k.Exit() != nil {
+			b.Fatalf("round trips %d, exit %+v", n, k.Exit())
+		}
+		if i < tenants {
+			rec, _ := decodeShared(k.Shared()[DefaultSharedKey])
+			keys[rec.Key] = true
+		}
+	}
+	b.StopTimer()
+	if want := min(b.N, tenants); len(keys) != want {
+		b.Fatalf("%d distinct keys, want %d", len(keys), want)
 	}
 }
