@@ -1,5 +1,5 @@
 # The two commands of README.md: `make run` and `make check`.
-.PHONY: run check test bench bench-sdk bench-redis bench-gateway
+.PHONY: run check test bench bench-sdk bench-redis bench-gateway release
 
 # Runs the sluice gateway on the quickstart example: in memory, with a
 # built-in upstream, no other service needed.
@@ -25,3 +25,8 @@ bench-redis:
 
 bench-gateway:
 	./bench/gateway.sh
+
+# Versioned tarballs of the Kong plugin binaries (linux/amd64, linux/arm64)
+# and SHA256SUMS in dist/: make release VERSION=v1.2.0
+release:
+	./scripts/release $(VERSION)
