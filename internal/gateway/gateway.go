@@ -176,6 +176,8 @@ type generation struct {
 	// counters caches the request counter of each (route, status), so the
 	// hot path skips the label hashing of WithLabelValues.
 	counters sync.Map // counterKey -> prometheus.Counter
+	// clients caches the upstream client of each service.
+	clients sync.Map // *kongconf.Service -> *fasthttp.HostClient
 }
 
 type counterKey struct {

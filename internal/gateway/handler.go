@@ -333,7 +333,21 @@ type upstreamKey struct {
 	connect, read, write time.Duration
 }
 
-func (g *Gateway) upstream(svc *kongconf.Service) *fasthttp.HostClient {
+func (g *Gateway) upstream(gen *generation, svc *kongconf.Service) *fasthttp.HostClient {
+	if gen != nil {
+		if hc, ok := gen.clients.Load(svc); ok {
+			return hc.(*fasthttp.HostClient)
+		}
+		hc := g.upstreamFor(svc)
+		gen.clients.Store(svc, hc)
+		return hc
+	}
+	return g.upstreamFor(svc)
+}
+
+// upstreamFor returns the pooled client of a service's address and
+// timeouts; pools are shared by generations, so reloads keep connections.
+func (g *Gateway) upstreamFor(svc *kongconf.Service) *fasthttp.HostClient {
 	k := upstreamKey{addr: svc.Addr(), tls: svc.Protocol == "https", sni: svc.Host,
 		connect: svc.ConnectTimeout, read: svc.ReadTimeout, write: svc.WriteTimeout}
 	if v, ok := g.upstreams.Load(k); ok {
@@ -378,7 +392,7 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) 
 		ctx.Request.SetBodyStream(limited, -1)
 	}
 	g.prepareUpstream(ctx, x, false)
-	hc := g.upstream(x.Service)
+	hc := g.upstream(x.gen, x.Service)
 	uresp := fasthttp.AcquireResponse()
 	err := hc.Do(&ctx.Request, uresp)
 	if clientClose {

@@ -85,10 +85,17 @@ type Service struct {
 	Retries        int
 	Enabled        bool
 	Tags           []string
+
+	addr string
 }
 
 // Addr returns host:port.
-func (s *Service) Addr() string { return joinHostPort(s.Host, s.Port) }
+func (s *Service) Addr() string {
+	if s.addr == "" {
+		return joinHostPort(s.Host, s.Port)
+	}
+	return s.addr
+}
 
 // A Route matches requests and sends them to its Service.
 type Route struct {

@@ -187,6 +187,7 @@ func (p *parser) service(v any, path string) {
 		}
 		s.ID = p.genID("service", key)
 	}
+	s.addr = joinHostPort(s.Host, s.Port)
 	p.cfg.Services = append(p.cfg.Services, s)
 	for i, r := range o.list("routes") {
 		p.route(r, index(o.field("routes"), i), s)

@@ -1,0 +1,67 @@
+package gateway
+
+import (
+	"net"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+// BenchmarkProxy measures one proxied request over loopback (client,
+// gateway and a fasthttp upstream in this process), without plugins and
+// with rate-limiting-advanced in memory.
+func BenchmarkProxy(b *testing.B) {
+	uln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	upstream := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") }}
+	go func() { _ = upstream.Serve(uln) }()
+	defer upstream.Shutdown()
+
+	cfg := `
+_format_version: "3.0"
+services:
+  - name: s
+    url: http://` + uln.Addr().String() + `
+    routes:
+      - {name: plain, paths: [/plain]}
+      - name: rla
+        paths: [/rla]
+        plugins:
+          - name: rate-limiting-advanced
+            config: {limit: [1000000000], window_size: [60], identifier: ip, namespace: bench}
+`
+	g, err := New(Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := g.Load([]byte(cfg), "bench"); err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = g.Serve(ln) }()
+	defer func() { _ = g.server.Shutdown() }()
+	client := &fasthttp.HostClient{Addr: ln.Addr().String(), MaxConns: 256}
+
+	for _, path := range []string{"/plain", "/rla"} {
+		b.Run(path[1:], func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				req, res := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+				defer fasthttp.ReleaseRequest(req)
+				defer fasthttp.ReleaseResponse(res)
+				req.SetRequestURI("http://" + ln.Addr().String() + path)
+				for pb.Next() {
+					if err := client.Do(req, res); err != nil || res.StatusCode() != 200 || string(res.Body()) != "ok" {
+						b.Errorf("%v %d %q", err, res.StatusCode(), res.Body())
+						return
+					}
+				}
+			})
+		})
+	}
+}
