@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -60,6 +61,7 @@ func BenchmarkTake(b *testing.B) {
 				defer s.Close()
 				ctx := context.Background()
 				var next, denied, failed atomic.Int64
+				cpu0 := redisCPU(b, srv)
 				b.ReportAllocs()
 				b.ResetTimer()
 				start := time.Now()
@@ -93,9 +95,34 @@ func BenchmarkTake(b *testing.B) {
 				if want := min(b.N, benchKeys); st.Keys != want {
 					b.Fatalf("%d keys used, want %d", st.Keys, want)
 				}
+				b.ReportMetric((redisCPU(b, srv)-cpu0)*1e6/float64(b.N), "redis-cpu-us/decision")
 				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
 				b.ReportMetric(float64(st.RedisCalls)/float64(b.N), "roundtrips/decision")
 			})
 		}
 	}
+}
+
+// redisCPU returns the CPU seconds (user + system) the server has used, by
+// its own INFO: a measure that other load on the machine does not skew
+// the way it skews wall-clock throughput.
+func redisCPU(b *testing.B, srv *testservers.RedisServer) float64 {
+	info, _ := srv.Do(b, "INFO", "cpu").(string)
+	var sum float64
+	for _, f := range []string{"used_cpu_user:", "used_cpu_sys:"} {
+		i := strings.Index(info, f)
+		if i < 0 {
+			b.Fatalf("INFO cpu without %s", f)
+		}
+		v := info[i+len(f):]
+		if j := strings.IndexAny(v, "\r\n"); j >= 0 {
+			v = v[:j]
+		}
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			b.Fatalf("INFO cpu %s%q: %v", f, v, err)
+		}
+		sum += x
+	}
+	return sum
 }

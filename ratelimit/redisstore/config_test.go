@@ -123,7 +123,7 @@ func TestBadReplies(t *testing.T) {
 	lim := []ratelimit.Limit{ratelimit.PerMinute(5)}
 	// A foreign value under the store's key: Redis answers WRONGTYPE, the
 	// store says so instead of deciding on garbage.
-	srv.Do(t, "SET", s.counterKey("k", lim[0].CounterID()), "not a hash")
+	srv.Do(t, "HSET", s.counterKey("k", lim[0].CounterID()), "f", "v")
 	_, err := s.Take(ctx, ratelimit.Request{Key: "k", Limits: lim, Now: ratelimittest.At(0)})
 	if !errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), "take.lua") {
 		t.Fatalf("Take over a string key: %v, want ErrBadReply naming WRONGTYPE and take.lua", err)
@@ -131,10 +131,10 @@ func TestBadReplies(t *testing.T) {
 	if st := s.Stats(); st.State != StateConnected {
 		t.Fatalf("a bad reply switched the store to %s: Redis did answer", st.State)
 	}
-	// A counter field that is not a number.
-	srv.Do(t, "HSET", s.counterKey("k2", lim[0].CounterID()), "s", "x1", "c", "zz")
-	if _, err := s.Take(ctx, ratelimit.Request{Key: "k2", Limits: lim, Now: ratelimittest.At(0)}); !errors.Is(err, ErrBadReply) {
-		t.Fatalf("Take over a corrupt counter: %v, want ErrBadReply", err)
+	// A counter that is not three integers.
+	srv.Do(t, "SET", s.counterKey("k2", lim[0].CounterID()), "12 x 3")
+	if _, err := s.Take(ctx, ratelimit.Request{Key: "k2", Limits: lim, Now: ratelimittest.At(0)}); !errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), "12 x 3") {
+		t.Fatalf("Take over a corrupt counter: %v, want ErrBadReply quoting the value", err)
 	}
 	// A reply of the wrong shape (a script from another version, say).
 	orig := takeScript

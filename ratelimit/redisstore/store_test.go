@@ -115,8 +115,8 @@ func TestRedisHoldsTheCounters(t *testing.T) {
 		t.Fatalf("fourth call on another node: allowed=%v err=%v", d.Allowed, err)
 	}
 	key := s.counterKey("user:1", r.Limits[0].CounterID())
-	if got := srv.Do(t, "HGET", key, "c"); got != "3" {
-		t.Fatalf("HGET %s c = %v, want 3", key, got)
+	if got := srv.Do(t, "GET", key); got != strconv.FormatInt(ratelimittest.T0.UnixMilli(), 10)+" 3 0" {
+		t.Fatalf("GET %s = %v, want window start, 3, 0", key, got)
 	}
 	// Two windows would do by Redis' clock; with the caller's clock keys
 	// live at least callerClockTTL of real time.

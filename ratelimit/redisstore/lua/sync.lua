@@ -2,7 +2,7 @@
 -- periodic mode (sync_rate > 0). One call per counter, all of one cycle
 -- sent in one pipeline.
 --
--- KEYS[1]  counter hash (fields s, c, p as in take.lua).
+-- KEYS[1]  counter, the string "s c p" of take.lua.
 -- ARGV[1]  time in Unix microseconds, or "" to read Redis TIME.
 -- ARGV[2]  kind: 0 fixed window, 1 sliding window, 2 token bucket.
 -- ARGV[3]  window: W in ms; bucket: unused.
@@ -21,23 +21,18 @@ if ARGV[1] == '' then
   now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 local now_ms = (now_us - now_us % 1000) / 1000
--- num reads a counter field: absent is 0, anything but an integer is an
--- error naming the key, never a silent zero.
-local function num(v, key, field)
-  if not v then return 0 end
-  local x = tonumber(v)
-  if not x or x ~= math.floor(x) then
-    error('sluice: field ' .. field .. ' of ' .. key .. ' is not an integer: ' .. tostring(v))
-  end
-  return x
-end
 
 local kind = tonumber(ARGV[2])
 local w = tonumber(ARGV[3])
-local v = redis.call('HMGET', KEYS[1], 's', 'c', 'p')
-local s = num(v[1], KEYS[1], 's')
-local c = num(v[2], KEYS[1], 'c')
-local p = num(v[3], KEYS[1], 'p')
+local s, c, p = 0, 0, 0
+local v = redis.call('GET', KEYS[1])
+if v then
+  local a, b, d = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
+  if not a then
+    error('sluice: counter ' .. KEYS[1] .. ' is not "start count previous": ' .. v)
+  end
+  s, c, p = tonumber(a), tonumber(b), tonumber(d)
+end
 local changed = false
 
 if kind == 2 then
@@ -70,13 +65,12 @@ end
 if changed then
   local ttl
   if kind == 2 then
-    redis.call('HSET', KEYS[1], 's', string.format('%d', s))
     ttl = math.ceil((s - now_us) / 1000) + 1
   else
-    redis.call('HSET', KEYS[1], 's', string.format('%d', s), 'c', string.format('%d', c), 'p', string.format('%d', p))
     ttl = s + 2 * w - now_ms
   end
-  redis.call('PEXPIRE', KEYS[1], string.format('%d', math.max(ttl, tonumber(ARGV[8]), 1)))
+  redis.call('SET', KEYS[1], string.format('%d %d %d', s, c, p),
+    'PX', string.format('%d', math.max(ttl, tonumber(ARGV[8]), 1)))
 end
 
 return { s, c, p }

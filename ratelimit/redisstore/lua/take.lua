@@ -6,10 +6,12 @@
 -- and on the stored counters. Requests are decided in order, so a batch is
 -- the same as its requests sent one by one.
 --
--- KEYS     the counter hashes of every limit of every request, in order;
---          fields s (window start in Unix ms, or a token bucket's TAT in
---          Unix us), c (current window count), p (previous window count).
---          On Cluster the caller batches only keys of one slot.
+-- KEYS     the counters of every limit of every request, in order. A
+--          counter is a string "s c p": s the window start in Unix ms (a
+--          token bucket's TAT in Unix us), c the current window's count, p
+--          the previous window's count (0 for a bucket). One GET and one
+--          SET PX per counter: a hash would cost a third command for its
+--          expiry. On Cluster the caller batches only keys of one slot.
 -- ARGV[1]  number of requests R.
 -- ARGV[2]  the least time to live of a written key, in ms: 0 with Redis'
 --          clock; with the caller's clock, real time and decision time part,
@@ -50,15 +52,16 @@ local function clock()
   return time_us
 end
 
--- num reads a counter field: absent is 0, anything but an integer is an
--- error naming the key, never a silent zero.
-local function num(v, key, field)
-  if not v then return 0 end
-  local x = tonumber(v)
-  if not x or x ~= math.floor(x) then
-    error('sluice: field ' .. field .. ' of ' .. key .. ' is not an integer: ' .. tostring(v))
+-- load reads a counter: absent is 0 0 0, anything but three integers is
+-- an error naming the key, never a silent zero.
+local function load(key)
+  local v = redis.call('GET', key)
+  if not v then return 0, 0, 0 end
+  local s, c, p = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
+  if not s then
+    error('sluice: counter ' .. key .. ' is not "start count previous": ' .. v)
   end
-  return x
+  return tonumber(s), tonumber(c), tonumber(p)
 end
 
 -- floor(a / b) for integers 0 <= a <= 2^53, b >= 1, exactly.
@@ -86,10 +89,7 @@ local function decide(k, j, n, now_us, cost, penalty)
     local count = tonumber(ARGV[a0 + 1])
     local a = tonumber(ARGV[a0 + 2])
     local b = tonumber(ARGV[a0 + 3])
-    local v = redis.call('HMGET', key, 's', 'c', 'p')
-    local s = num(v[1], key, 's')
-    local c = num(v[2], key, 'c')
-    local p = num(v[3], key, 'p')
+    local s, c, p = load(key)
     out[#out + 1] = s
     out[#out + 1] = c
     out[#out + 1] = p
@@ -156,13 +156,12 @@ local function decide(k, j, n, now_us, cost, penalty)
     if x.counted then
       local ttl
       if x.kind == 2 then
-        redis.call('HSET', x.key, 's', string.format('%d', x.s))
         ttl = math.ceil((x.s - now_us) / 1000) + 1
       else
-        redis.call('HSET', x.key, 's', string.format('%d', x.s), 'c', string.format('%d', x.c), 'p', string.format('%d', x.p))
         ttl = x.s + 2 * x.w - now_ms
       end
-      redis.call('PEXPIRE', x.key, string.format('%d', math.max(ttl, min_ttl, 1)))
+      redis.call('SET', x.key, string.format('%d %d %d', x.s, x.c, x.p),
+        'PX', string.format('%d', math.max(ttl, min_ttl, 1)))
     end
   end
   return out
