@@ -3,6 +3,7 @@ package decision
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -257,11 +258,13 @@ descriptors:
 	neg := desc("k", "e")
 	neg.IsNegativeHits = true
 	for _, d := range []*rlpb.RateLimitDescriptor{zero, neg} {
-		_, err := c.ShouldRateLimit(context.Background(), request("d", d))
+		// The valid descriptor before the invalid one is not counted.
+		_, err := c.ShouldRateLimit(context.Background(), withHits(10, desc("k", "f"), d))
 		if status.Code(err) != codes.InvalidArgument {
 			t.Errorf("descriptor %v: err %v, want InvalidArgument", d, err)
 		}
 	}
+	runSteps(t, c, []step{{"f untouched", withHits(10, desc("k", "f")), OK, codes_(OK), []uint32{0}, nil}})
 }
 
 func TestInvalidRequests(t *testing.T) {
@@ -450,7 +453,18 @@ descriptors:
   - key: s
     rate_limit: {unit: minute, requests_per_unit: 100, algorithm: sliding}
 `
-	s := newService(t, cfg, newClock(t0).opts())
+	for _, concurrent := range []bool{false, true} {
+		t.Run(fmt.Sprintf("concurrent=%v", concurrent), func(t *testing.T) {
+			s := newService(t, cfg, newClock(t0).opts())
+			// Deciding the descriptors of one request at once is what a
+			// Redis-backed service does; force it on the memory store too.
+			s.concurrent = concurrent
+			exactUnderConcurrency(t, s)
+		})
+	}
+}
+
+func exactUnderConcurrency(t *testing.T, s *Service) {
 	c0, conn := serveGRPC(t, s)
 	clients := []rlspb.RateLimitServiceClient{c0}
 	for range 7 {
