@@ -501,8 +501,17 @@ func (rc *rlaCompiled) has(id policy.Identifier, req *policy.Request) bool {
 		return req.Dimension != ""
 	case policy.ByHeader:
 		return req.Header != nil && rc.cfg.HeaderName != nil && req.Header(*rc.cfg.HeaderName) != ""
+	case policy.ByConsumerGroup:
+		if rc.scope == (policy.Group{}) || req.Consumer.ID == "" {
+			return false
+		}
+		for _, g := range req.Groups {
+			if g.Name == rc.scope.Name {
+				return true
+			}
+		}
 	}
-	// ip needs the IP; consumer-group is decided by policy: fetch the IP.
+	// ip needs the IP.
 	return false
 }
 

@@ -263,3 +263,25 @@ func BenchmarkDimensionsThenRateLimiting(b *testing.B) {
 		b.Fatalf("%d distinct keys, want %d", len(keys), want)
 	}
 }
+
+// Consumer groups from consumer tags: with scope_group, every consumer of
+// the group shares one counter; a consumer outside it is counted by IP.
+func TestRateLimitingConsumerGroupFromTags(t *testing.T) {
+	p, _ := newTestProcess(t, Options{})
+	cfg := instance[*RateLimitingConfig](t, p.NewRateLimiting, `{"limit": [1], "window_size": [60], "identifier": "consumer-group", "scope_group": "gold", "namespace": "groups"}`)
+	send := func(c *entities.Consumer, ip string) (*kongtest.Kong, []string) {
+		k := kongtest.New(t, kongtest.Request{Consumer: c, ForwardedIP: ip})
+		return k, k.Run(cfg.Access)
+	}
+	k, calls := send(consumer("c1", "group:gold"), "10.0.0.1")
+	if want := []string{"kong.client.get_consumer", "kong.response.set_headers"}; !slices.Equal(calls, want) || k.Exit() != nil {
+		t.Fatalf("c1: calls %q exit %+v", calls, k.Exit())
+	}
+	if k, _ := send(consumer("c2", "group:silver", "group:gold"), "10.0.0.2"); k.Exit() == nil {
+		t.Fatal("c2 of the same group has its own counter")
+	}
+	k, calls = send(consumer("c3", "group:silver"), "10.0.0.1")
+	if want := []string{"kong.client.get_consumer", "kong.client.get_forwarded_ip", "kong.response.set_headers"}; !slices.Equal(calls, want) || k.Exit() != nil {
+		t.Fatalf("c3 outside the group: calls %q exit %+v", calls, k.Exit())
+	}
+}
