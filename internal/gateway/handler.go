@@ -328,7 +328,7 @@ func hostOnly(h string) string {
 
 type upstreamKey struct {
 	addr                 string
-	tls                  bool
+	tls, verify          bool
 	sni                  string
 	connect, read, write time.Duration
 }
@@ -348,7 +348,7 @@ func (g *Gateway) upstream(gen *generation, svc *kongconf.Service) *fasthttp.Hos
 // upstreamFor returns the pooled client of a service's address and
 // timeouts; pools are shared by generations, so reloads keep connections.
 func (g *Gateway) upstreamFor(svc *kongconf.Service) *fasthttp.HostClient {
-	k := upstreamKey{addr: svc.Addr(), tls: svc.Protocol == "https", sni: svc.Host,
+	k := upstreamKey{addr: svc.Addr(), tls: svc.Protocol == "https", verify: svc.TLSVerify, sni: svc.Host,
 		connect: svc.ConnectTimeout, read: svc.ReadTimeout, write: svc.WriteTimeout}
 	if v, ok := g.upstreams.Load(k); ok {
 		return v.(*fasthttp.HostClient)
@@ -372,7 +372,7 @@ func (g *Gateway) upstreamFor(svc *kongconf.Service) *fasthttp.HostClient {
 		},
 	}
 	if k.tls {
-		hc.TLSConfig = &tls.Config{ServerName: k.sni, MinVersion: tls.VersionTLS12}
+		hc.TLSConfig = &tls.Config{ServerName: k.sni, MinVersion: tls.VersionTLS12, InsecureSkipVerify: !k.verify} //nolint:gosec // the operator's choice (tls_verify: false)
 	}
 	v, _ := g.upstreams.LoadOrStore(k, hc)
 	return v.(*fasthttp.HostClient)
@@ -504,7 +504,8 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time)
 	var err error
 	d := &net.Dialer{Timeout: svc.ConnectTimeout}
 	if svc.Protocol == "https" {
-		up, err = (&tls.Dialer{NetDialer: d, Config: &tls.Config{ServerName: svc.Host, MinVersion: tls.VersionTLS12}}).Dial("tcp", svc.Addr())
+		cfg := &tls.Config{ServerName: svc.Host, MinVersion: tls.VersionTLS12, InsecureSkipVerify: !svc.TLSVerify} //nolint:gosec // tls_verify: false
+		up, err = (&tls.Dialer{NetDialer: d, Config: cfg}).Dial("tcp", svc.Addr())
 	} else {
 		up, err = d.Dial("tcp", svc.Addr())
 	}

@@ -280,3 +280,52 @@ services: [{name: s, url: UPSTREAM, routes: [{paths: [/]}]}]
 		t.Errorf("serve: %v", err)
 	}
 }
+
+// TestBodilessResponses: HEAD keeps the upstream's Content-Length, 204
+// and 304 pass through without a body, and keep-alive survives them.
+func TestBodilessResponses(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/204":
+			w.WriteHeader(204)
+		case "/304":
+			w.Header().Set("ETag", `"x"`)
+			w.WriteHeader(304)
+		default:
+			w.Header().Set("Content-Length", "11")
+			if r.Method != "HEAD" {
+				fmt.Fprint(w, "hello world")
+			}
+		}
+	}))
+	defer up.Close()
+	_, base := startGateway(t, withUpstream(`
+_format_version: "3.0"
+services: [{name: s, url: UPSTREAM, routes: [{paths: [/], strip_path: false}]}]
+`, up), Options{})
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	c := &http.Client{Transport: tr}
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		length       int64
+		body         string
+	}{
+		{"HEAD", "/x", 200, 11, ""},
+		{"GET", "/204", 204, 0, ""},
+		{"GET", "/304", 304, -1, ""},
+		{"GET", "/x", 200, 11, "hello world"},
+	} {
+		req, _ := http.NewRequest(tc.method, base+tc.path, nil)
+		res, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", tc.method, tc.path, err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != tc.status || string(b) != tc.body || (tc.length >= 0 && res.ContentLength != tc.length) {
+			t.Errorf("%s %s: %d, length %d, body %q", tc.method, tc.path, res.StatusCode, res.ContentLength, b)
+		}
+	}
+}

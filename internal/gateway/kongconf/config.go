@@ -83,8 +83,12 @@ type Service struct {
 	ReadTimeout    time.Duration
 	WriteTimeout   time.Duration
 	Retries        int
-	Enabled        bool
-	Tags           []string
+	// TLSVerify checks an https upstream's certificate. Kong leaves it
+	// off unless configured; sluice defaults to on (tls_verify: false turns
+	// it off).
+	TLSVerify bool
+	Enabled   bool
+	Tags      []string
 
 	addr string
 }

@@ -146,6 +146,7 @@ func (p *parser) service(v any, path string) {
 	s.ReadTimeout = time.Duration(o.integer("read_timeout", 60000, 1, 1<<31-1)) * time.Millisecond
 	s.WriteTimeout = time.Duration(o.integer("write_timeout", 60000, 1, 1<<31-1)) * time.Millisecond
 	s.Retries = int(o.integer("retries", 5, 0, 32767))
+	s.TLSVerify = o.boolean("tls_verify", true)
 	if o.has("url") {
 		for _, f := range []string{"protocol", "host", "port", "path"} {
 			if o.has(f) {
