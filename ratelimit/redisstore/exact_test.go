@@ -69,6 +69,28 @@ func exactness(t *testing.T, c *Client) {
 		}
 	})
 
+	t.Run("ManyKeys", func(t *testing.T) {
+		// Batches mix keys (and, on Cluster, slots): each of 100 keys gets
+		// 256 calls and admits exactly its limit of 5.
+		const keys = 100
+		var admitted [keys]atomic.Int64
+		lim := []ratelimit.Limit{ratelimit.PerMinute(5).Fixed()}
+		now := ratelimittest.At(10*time.Minute + time.Second)
+		hammer(t, stores, keys, func(s *Store, g, i int) (bool, error) {
+			k := (g*7 + i) % keys
+			d, err := s.Take(ctx, ratelimit.Request{Key: "many-" + strconv.Itoa(k), Limits: lim, Now: now})
+			if d.Allowed {
+				admitted[k].Add(1)
+			}
+			return d.Allowed, err
+		})
+		for k := range admitted {
+			if n := admitted[k].Load(); n != 5 {
+				t.Fatalf("key %d admitted %d, want 5", k, n)
+			}
+		}
+	})
+
 	t.Run("TokenBucket", func(t *testing.T) {
 		// 100 per second, burst 50: a full bucket admits 50; every 100 ms
 		// later it has refilled exactly 10.
