@@ -3,9 +3,18 @@
 //
 // Every decision is atomic on the server: an embedded Lua script checks all
 // limits of one key in one round trip, with the integer math of
-// ratelimit.Apply. Concurrent decisions share a few connections through
+// ratelimit.Apply. Concurrent decisions are batched into one script call
+// (per Cluster slot) and the calls share a few connections through
 // rueidis' automatic pipelining, so one Redis shard is not held to one
-// round trip per request.
+// script call per request.
+//
+// A Store is one namespace over a shared Client:
+//
+//	c, err := redisstore.Dial(redisstore.Config{Host: "127.0.0.1", Port: 6379})
+//	...
+//	s, err := redisstore.New(c, redisstore.Options{Namespace: "api"})
+//	...
+//	d, err := s.Take(ctx, ratelimit.Request{Key: "user:1", Limits: limits})
 //
 // The sync rate chooses how often Redis is consulted, as Kong's sync_rate
 // does: never (LocalOnly), on every decision (0, the default), or
