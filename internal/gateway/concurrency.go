@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +15,7 @@ import (
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
 	"github.com/seed-008287da/sluice/ratelimit"
 	"github.com/seed-008287da/sluice/ratelimit/memorystore"
+	"github.com/seed-008287da/sluice/ratelimit/redisstore"
 )
 
 // concurrencyConfig is the config of sluice-concurrency, the same fields
@@ -26,15 +29,45 @@ type concurrencyConfig struct {
 	LeaseTTL *float64 `json:"lease_ttl"`
 	// Identifier is ip (default), consumer, credential, service, route,
 	// header (HeaderName) or dimension; a missing value falls back to ip.
-	Identifier   string  `json:"identifier"`
-	HeaderName   string  `json:"header_name"`
-	Namespace    string  `json:"namespace"`
-	Strategy     string  `json:"strategy"`
-	ErrorCode    *int    `json:"error_code"`
-	ErrorMessage *string `json:"error_message"`
+	Identifier string `json:"identifier"`
+	HeaderName string `json:"header_name"`
+	Namespace  string `json:"namespace"`
+	// Strategy is local (default: leases in this gateway's memory) or
+	// redis (config.redis: leases shared by every gateway on that Redis).
+	Strategy     string          `json:"strategy"`
+	Redis        *leaseRedisConf `json:"redis"`
+	ErrorCode    *int            `json:"error_code"`
+	ErrorMessage *string         `json:"error_message"`
 	// HideClientHeaders drops X-Concurrency-Limit, X-Concurrency-Remaining
 	// and Retry-After.
 	HideClientHeaders bool `json:"hide_client_headers"`
+}
+
+// leaseRedisConf is the Redis of strategy redis, with Kong's field names
+// (a subset of rate-limiting-advanced's config.redis).
+type leaseRedisConf struct {
+	Host       string `json:"host"`
+	Port       int    `json:"port"`
+	Database   int    `json:"database"`
+	Username   string `json:"username"`
+	Password   string `json:"password"`
+	SSL        bool   `json:"ssl"`
+	SSLVerify  bool   `json:"ssl_verify"`
+	ServerName string `json:"server_name"`
+	// Timeout is in milliseconds (default 2000).
+	Timeout int `json:"timeout"`
+}
+
+// ownedLeaseStore closes its Redis client with the store.
+type ownedLeaseStore struct {
+	*redisstore.Store
+	client *redisstore.Client
+}
+
+func (s *ownedLeaseStore) Close() error {
+	err := s.Store.Close()
+	s.client.Close()
+	return err
 }
 
 // concurrency is the sluice-concurrency plugin: at most Limit requests in
@@ -53,9 +86,16 @@ type concurrency struct {
 	limitStr   string
 }
 
-// leaseSeq numbers lease ids within the process; the store key scopes
-// them, and local stores are per process.
-var leaseSeq atomic.Uint64
+// leaseSeq numbers lease ids; leasePrefix makes them unique across the
+// gateways sharing a Redis.
+var (
+	leaseSeq    atomic.Uint64
+	leasePrefix = func() string {
+		b := make([]byte, 8)
+		_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+		return hex.EncodeToString(b) + "-"
+	}()
+)
 
 func newConcurrency(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 	var c concurrencyConfig
@@ -96,8 +136,22 @@ func newConcurrency(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 	default:
 		add("config.identifier", "expected one of: ip, consumer, credential, service, route, header, dimension")
 	}
-	if c.Strategy != "" && c.Strategy != "local" {
-		add("config.strategy", "expected local (leases are kept in this gateway's memory)")
+	switch c.Strategy {
+	case "", "local":
+		if c.Redis != nil {
+			add("config.redis", "only used with strategy redis")
+		}
+	case "redis":
+		switch {
+		case c.Redis == nil || c.Redis.Host == "":
+			add("config.redis.host", "required with strategy redis")
+		case c.Redis.Port < 0 || c.Redis.Port > 65535:
+			add("config.redis.port", "expected a port between 0 and 65535")
+		case c.Redis.Timeout < 0:
+			add("config.redis.timeout", "must not be negative")
+		}
+	default:
+		add("config.strategy", "expected one of: local, redis")
 	}
 	if c.ErrorCode != nil {
 		if *c.ErrorCode < 100 || *c.ErrorCode > 599 {
@@ -116,14 +170,49 @@ func newConcurrency(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 	if ns == "" {
 		ns = "sluice-concurrency"
 	}
-	s, err := env.Shared.Value("concurrency|local|"+ns, func() (io.Closer, error) {
+	key, create := "concurrency|local|"+ns, func() (io.Closer, error) {
 		return memorystore.New(memorystore.Options{}), nil
-	})
+	}
+	if c.Strategy == "redis" {
+		r := *c.Redis
+		fp, _ := json.Marshal(r) // plain data always marshals
+		key = "concurrency|redis|" + ns + "|" + string(fp)
+		create = func() (io.Closer, error) { return dialLeaseStore(ns, r) }
+	}
+	s, err := env.Shared.Value(key, create)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: lease store: %w", err)
 	}
 	p.store = s.(ratelimit.Store)
 	return p, nil
+}
+
+// dialLeaseStore builds a Redis lease store of one namespace on its own
+// client. A Redis that is down is not an error here: the store decides
+// locally until it answers.
+func dialLeaseStore(ns string, r leaseRedisConf) (io.Closer, error) {
+	port := r.Port
+	if port == 0 {
+		port = 6379
+	}
+	timeout := time.Duration(r.Timeout) * time.Millisecond
+	if timeout == 0 {
+		timeout = 2 * time.Second
+	}
+	c, err := redisstore.Dial(redisstore.Config{
+		Host: r.Host, Port: port, Database: r.Database, Username: r.Username, Password: r.Password,
+		SSL: r.SSL, SSLVerify: r.SSLVerify, ServerName: r.ServerName,
+		ConnectTimeout: timeout, SendTimeout: timeout, ReadTimeout: timeout,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to redis: %w", err)
+	}
+	s, err := redisstore.New(c, redisstore.Options{Namespace: ns})
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("building the redis lease store: %w", err)
+	}
+	return &ownedLeaseStore{Store: s, client: c}, nil
 }
 
 func (p *concurrency) key(x *Exchange) string {
@@ -158,7 +247,7 @@ func (p *concurrency) key(x *Exchange) string {
 
 func (p *concurrency) Access(x *Exchange) error {
 	key := p.key(x)
-	id := strconv.FormatUint(leaseSeq.Add(1), 36)
+	id := leasePrefix + strconv.FormatUint(leaseSeq.Add(1), 36)
 	l, err := p.store.Acquire(x.Context, ratelimit.LeaseRequest{Key: key, ID: id, Max: p.max, TTL: p.ttl, Now: x.Now})
 	if err != nil {
 		// Fail open, as the rate limiters do when their store fails.

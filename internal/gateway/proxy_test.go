@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seed-008287da/sluice/internal/testservers"
 )
 
 // TestStreamingResponse checks that a long-poll response reaches the
@@ -327,5 +329,69 @@ services: [{name: s, url: UPSTREAM, routes: [{paths: [/], strip_path: false}]}]
 		if res.StatusCode != tc.status || string(b) != tc.body || (tc.length >= 0 && res.ContentLength != tc.length) {
 			t.Errorf("%s %s: %d, length %d, body %q", tc.method, tc.path, res.StatusCode, res.ContentLength, b)
 		}
+	}
+}
+
+// TestConcurrencySharedInRedis: two gateways with strategy redis share one
+// lease: while a stream through the first holds it, the second refuses,
+// and it accepts again once the stream's client has gone.
+func TestConcurrencySharedInRedis(t *testing.T) {
+	rs := testservers.Redis(t, testservers.RedisOptions{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/quick" {
+			fmt.Fprint(w, "ok")
+			return
+		}
+		chunk := bytes.Repeat([]byte("z"), 4096)
+		for i := 0; i < 1<<16 && r.Context().Err() == nil; i++ {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+			w.(http.Flusher).Flush()
+		}
+	}))
+	defer up.Close()
+	cfg := withUpstream(fmt.Sprintf(`
+_format_version: "3.0"
+services:
+  - name: s
+    url: UPSTREAM
+    routes:
+      - {name: stream, paths: [/stream], strip_path: false}
+      - {name: quick, paths: [/quick], strip_path: false}
+plugins:
+  - name: sluice-concurrency
+    config: {limit: 1, lease_ttl: 3600, namespace: shared-%d, strategy: redis, redis: {host: 127.0.0.1, port: %d}}
+`, time.Now().UnixNano(), rs.Port()), up)
+	_, a := startGateway(t, cfg, Options{})
+	_, b := startGateway(t, cfg, Options{})
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", a+"/stream", nil)
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	res, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(res.Body, make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	if r := do(t, "GET", b+"/quick", nil); r.status != 429 {
+		t.Fatalf("second gateway while the first holds the lease: %d %s", r.status, r.body)
+	}
+	cancel()
+	res.Body.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := do(t, "GET", b+"/quick", nil)
+		if r.status == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lease not released in Redis: %d %s", r.status, r.body)
+		}
+		<-time.After(10 * time.Millisecond) // poll interval, bounded by the deadline
 	}
 }
