@@ -262,6 +262,17 @@ func TestServeReloadShutdown(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.waitGeneration(t, 3)
+	mr, err := http.Get(s.http + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(mr.Body)
+	mr.Body.Close()
+	for _, want := range []string{"sluice_decision_config_generation 3\n", `sluice_decision_config_reloads_total{result="rejected"} 1`, "go_goroutines "} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 
 	if err := s.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"github.com/seed-008287da/sluice/internal/configsource"
 	"github.com/seed-008287da/sluice/internal/decision"
 )
@@ -32,7 +35,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&f.config, "c", "", "configuration `file` (envoyproxy/ratelimit YAML plus sluice settings); required")
 	fs.StringVar(&f.grpcListen, "grpc", ":8081", "gRPC listen `address` (RateLimitService and health)")
-	fs.StringVar(&f.httpListen, "http", ":8080", "HTTP listen `address` (/v1/decide, /json, /status); empty disables it")
+	fs.StringVar(&f.httpListen, "http", ":8080", "HTTP listen `address` (/v1/decide, /json, /status, /metrics); empty disables it")
 	fs.BoolVar(&f.check, "check", false, "validate the configuration, print every error, and exit")
 	fs.BoolVar(&f.watch, "watch", true, "reload the configuration when the file changes")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
@@ -86,7 +89,9 @@ func run(ctx context.Context, args []string, hup <-chan os.Signal, stdout, stder
 }
 
 func serve(ctx context.Context, f *flags, hup <-chan os.Signal, log *slog.Logger, stdout io.Writer) error {
-	svc, err := decision.OpenFile(f.config, decision.Options{Logger: log})
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	svc, err := decision.OpenFile(f.config, decision.Options{Logger: log, Registry: reg})
 	if err != nil {
 		return err
 	}

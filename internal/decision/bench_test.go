@@ -117,7 +117,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 				case "memory":
 					st := memorystore.New(memorystore.Options{})
 					defer st.Close()
-					s = New(mustParse(b, benchConfig), st, Options{})
+					s = mustNew(b, benchConfig, st, Options{})
 					keys = st.Len
 				case "redis":
 					r := testservers.Redis(b, testservers.RedisOptions{})

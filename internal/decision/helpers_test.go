@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/seed-008287da/sluice/ratelimit"
 	"github.com/seed-008287da/sluice/ratelimit/memorystore"
 )
 
@@ -48,7 +49,16 @@ func newService(t testing.TB, yml string, opts Options) *Service {
 	t.Helper()
 	st := memorystore.New(memorystore.Options{SweepInterval: -1})
 	t.Cleanup(func() { _ = st.Close() })
-	return New(mustParse(t, yml), st, opts)
+	return mustNew(t, yml, st, opts)
+}
+
+func mustNew(t testing.TB, yml string, st ratelimit.Store, opts Options) *Service {
+	t.Helper()
+	s, err := New(mustParse(t, yml), st, opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return s
 }
 
 // serveGRPC serves s on 127.0.0.1:0 and returns a client connected to it

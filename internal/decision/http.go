@@ -25,6 +25,7 @@ const maxBody = 1 << 20
 //	POST /json        the same, under envoyproxy/ratelimit's path and with
 //	                  its camelCase field names
 //	GET  /status      the configuration in use and reload health
+//	GET  /metrics     Prometheus metrics (see Registry)
 //
 // A request that cannot be decided gets 400, a store failure 503, each with
 // {"error": "..."}. Unknown JSON fields are errors.
@@ -33,6 +34,7 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/decide", func(w http.ResponseWriter, r *http.Request) { s.serveDecide(w, r, snakeJSON) })
 	mux.HandleFunc("POST /json", func(w http.ResponseWriter, r *http.Request) { s.serveDecide(w, r, camelJSON) })
 	mux.HandleFunc("GET /status", s.serveStatus)
+	mux.Handle("GET /metrics", s.metricsHandler())
 	return mux
 }
 
@@ -55,7 +57,9 @@ func (s *Service) serveDecide(w http.ResponseWriter, r *http.Request, jsonOut pr
 		writeError(w, http.StatusBadRequest, "decision: decoding the request: "+err.Error())
 		return
 	}
+	start := time.Now()
 	resp, err := s.Decide(r.Context(), &req, s.now())
+	s.m.observe("http", start, result(resp, err))
 	if err != nil {
 		code := http.StatusServiceUnavailable
 		if errors.Is(err, ErrInvalidRequest) {

@@ -88,7 +88,7 @@ descriptors:
 
 func TestHTTPStoreFailure(t *testing.T) {
 	st := memorystore.New(memorystore.Options{SweepInterval: -1})
-	s := New(mustParse(t, reloadV1), st, newClock(t0).opts())
+	s := mustNew(t, reloadV1, st, newClock(t0).opts())
 	srv := httptest.NewServer(s.Handler())
 	defer srv.Close()
 	_ = st.Close()

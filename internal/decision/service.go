@@ -21,6 +21,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/seed-008287da/sluice/ratelimit"
 	"github.com/seed-008287da/sluice/ratelimit/memorystore"
 )
@@ -53,6 +55,9 @@ type Options struct {
 	// when the new configuration is in use). It runs on the reloading
 	// goroutine.
 	OnReload func(generation uint64, err error)
+	// Registry receives the service's Prometheus metrics; nil means a new
+	// registry (see Service.Registry). Never the global default one.
+	Registry *prometheus.Registry
 }
 
 // A Service decides Envoy rate limit requests against the current
@@ -76,6 +81,7 @@ type Service struct {
 	now        func() time.Time
 	log        *slog.Logger
 	onReload   func(uint64, error)
+	m          *metrics
 
 	mu           sync.Mutex // serializes Update
 	reloadErrors atomic.Int64
@@ -87,15 +93,21 @@ type Service struct {
 type generation struct {
 	cfg     *Config
 	domains map[string]*node
+	stats   map[string]*domainStats
 	number  uint64
 	loaded  time.Time
 	digest  string
 }
 
 // New returns a Service deciding with cfg over store. The caller keeps
-// ownership of store: Close does not close it.
-func New(cfg *Config, store ratelimit.Store, opts Options) *Service {
-	s := &Service{store: store, now: opts.Now, log: opts.Logger, onReload: opts.OnReload}
+// ownership of store: Close does not close it. It fails only when
+// opts.Registry already holds metrics of the same names.
+func New(cfg *Config, store ratelimit.Store, opts Options) (*Service, error) {
+	m, err := newMetrics(opts.Registry)
+	if err != nil {
+		return nil, err
+	}
+	s := &Service{store: store, now: opts.Now, log: opts.Logger, onReload: opts.OnReload, m: m}
 	_, inProcess := store.(*memorystore.Store)
 	s.concurrent = !inProcess
 	if s.now == nil {
@@ -105,7 +117,8 @@ func New(cfg *Config, store ratelimit.Store, opts Options) *Service {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.gen.Store(s.compile(cfg, nil, 1))
-	return s
+	m.generation.Set(1)
+	return s, nil
 }
 
 // Open opens the store cfg.Store selects and returns a Service over it that
@@ -115,7 +128,11 @@ func Open(cfg *Config, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := New(cfg, st, opts)
+	s, err := New(cfg, st, opts)
+	if err != nil {
+		_ = st.Close()
+		return nil, err
+	}
 	s.ownsStore = true
 	return s, nil
 }
@@ -149,9 +166,11 @@ func (s *Service) Close() error {
 }
 
 func (s *Service) compile(cfg *Config, data []byte, number uint64) *generation {
-	g := &generation{cfg: cfg, domains: make(map[string]*node, len(cfg.Domains)), number: number, loaded: s.now()}
+	g := &generation{cfg: cfg, domains: make(map[string]*node, len(cfg.Domains)),
+		stats: make(map[string]*domainStats, len(cfg.Domains)), number: number, loaded: s.now()}
 	for _, d := range cfg.Domains {
 		g.domains[d.Name] = compileTree(d.Descriptors)
+		g.stats[d.Name] = s.m.domain(d.Name)
 	}
 	if data != nil {
 		sum := sha256.Sum256(data)
@@ -184,10 +203,12 @@ func (s *Service) Reload(data []byte) error {
 	}
 	if err != nil {
 		s.reloadErrors.Add(1)
+		s.m.reloads.WithLabelValues("rejected").Inc()
 		msg := err.Error()
 		s.lastError.Store(&msg)
 		s.log.Error("decision: config reload rejected; keeping the old config", "err", err)
 	} else {
+		s.m.reloads.WithLabelValues("applied").Inc()
 		s.lastError.Store(nil)
 	}
 	if s.onReload != nil {
@@ -205,6 +226,7 @@ func (s *Service) update(cfg *Config, data []byte) error {
 	}
 	g := s.compile(cfg, data, old.number+1)
 	s.gen.Store(g)
+	s.m.generation.Set(float64(g.number))
 	s.log.Info("decision: config loaded", "generation", g.number, "domains", len(cfg.Domains))
 	return nil
 }
@@ -213,11 +235,26 @@ func (s *Service) update(cfg *Config, data []byte) error {
 // are answered with InvalidArgument, store failures with Unavailable, so
 // Envoy applies its failure_mode_deny setting.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	start := time.Now()
 	resp, err := s.Decide(ctx, req, s.now())
+	s.m.observe("grpc", start, result(resp, err))
 	if err != nil {
 		return nil, grpcError(err)
 	}
 	return resp, nil
+}
+
+// result is the label of a request's result in the metrics.
+func result(resp *rlspb.RateLimitResponse, err error) string {
+	switch {
+	case errors.Is(err, ErrInvalidRequest):
+		return "invalid"
+	case err != nil:
+		return "error"
+	case resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT:
+		return "over_limit"
+	}
+	return "ok"
 }
 
 // Decide answers req at time now.
@@ -293,6 +330,11 @@ func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now t
 	}
 
 	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(descs))}
+	var inlineOut [4]outcome
+	outs := inlineOut[:0]
+	for range descs {
+		outs = append(outs, outNoLimit)
+	}
 	var errs []error
 	if pending > 1 && s.concurrent {
 		// One round trip for all descriptors instead of one each: the
@@ -304,7 +346,7 @@ func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now t
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					resp.Statuses[i], errs[i] = s.check(ctx, req.GetDomain(), descs[i], r, costs[i], now)
+					resp.Statuses[i], outs[i], errs[i] = s.check(ctx, req.GetDomain(), descs[i], r, costs[i], now)
 				}()
 			}
 		}
@@ -319,16 +361,24 @@ func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now t
 			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
 		case r.unlimited:
 			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			outs[i] = outUnlimited
 		default:
-			st, err := s.check(ctx, req.GetDomain(), descs[i], r, costs[i], now)
+			st, out, err := s.check(ctx, req.GetDomain(), descs[i], r, costs[i], now)
 			if err != nil {
 				return nil, err
 			}
-			resp.Statuses[i] = st
+			resp.Statuses[i], outs[i] = st, out
 		}
 		if resp.Statuses[i].Code == rlspb.RateLimitResponse_OVER_LIMIT {
 			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 		}
+	}
+	stats := g.stats[req.GetDomain()]
+	if stats == nil {
+		stats = s.m.unknown
+	}
+	for _, o := range outs {
+		stats[o].Inc()
 	}
 	if g.cfg.ResponseHeaders {
 		resp.ResponseHeadersToAdd = headers(resp.Statuses)
@@ -385,22 +435,24 @@ func counterKey(domain string, d *rlpb.RateLimitDescriptor) string {
 	return ratelimit.Key(parts...)
 }
 
-func (s *Service) check(ctx context.Context, domain string, d *rlpb.RateLimitDescriptor, r *rule, cost int64, now time.Time) (*rlspb.RateLimitResponse_DescriptorStatus, error) {
+// check counts d against r and returns its status and outcome.
+func (s *Service) check(ctx context.Context, domain string, d *rlpb.RateLimitDescriptor, r *rule, cost int64, now time.Time) (*rlspb.RateLimitResponse_DescriptorStatus, outcome, error) {
 	if r.denyAll >= 0 {
 		spec := r.specs[r.denyAll]
 		return &rlspb.RateLimitResponse_DescriptorStatus{
 			Code:               overCode(r),
 			CurrentLimit:       currentLimit(r.name, spec),
 			DurationUntilReset: durationpb.New(untilWindowEnd(spec.Window(), now)),
-		}, nil
+		}, overOutcome(r), nil
 	}
 	dec, err := s.store.Take(ctx, ratelimit.Request{Key: counterKey(domain, d), Limits: r.limits, Cost: cost, Now: now})
 	if err != nil {
 		if errors.Is(err, ratelimit.ErrInvalidLimit) {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+			return nil, 0, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 		}
+		s.m.storeErrors.Inc()
 		s.log.Error("decision: store failed", "domain", domain, "err", err)
-		return nil, fmt.Errorf("decision: taking from the store: %w", err)
+		return nil, 0, fmt.Errorf("decision: taking from the store: %w", err)
 	}
 	i := dec.Denied
 	if i < 0 {
@@ -415,8 +467,16 @@ func (s *Service) check(ctx context.Context, domain string, d *rlpb.RateLimitDes
 	}
 	if !dec.Allowed {
 		st.Code = overCode(r)
+		return st, overOutcome(r), nil
 	}
-	return st, nil
+	return st, outOK, nil
+}
+
+func overOutcome(r *rule) outcome {
+	if r.shadow {
+		return outShadow
+	}
+	return outOver
 }
 
 // overCode is the code of a descriptor over its limit: OK in shadow mode.

@@ -510,7 +510,7 @@ func exactUnderConcurrency(t *testing.T, s *Service) {
 
 func TestStoreFailureIsUnavailable(t *testing.T) {
 	st := memorystore.New(memorystore.Options{SweepInterval: -1})
-	s := New(mustParse(t, envoyConfig), st, newClock(t0).opts())
+	s := mustNew(t, envoyConfig, st, newClock(t0).opts())
 	c, _ := serveGRPC(t, s)
 	_ = st.Close()
 	_, err := c.ShouldRateLimit(context.Background(), request("edge", desc("remote_address", "1")))

@@ -1,0 +1,105 @@
+package decision
+
+import (
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// An outcome is what happened to one request descriptor.
+type outcome uint8
+
+const (
+	outNoLimit   outcome = iota // nothing configured matched (or replaced)
+	outUnlimited                // an unlimited descriptor
+	outOK                       // counted, within the limit
+	outOver                     // over the limit
+	outShadow                   // over the limit in shadow mode: answered OK
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"no_limit", "unlimited", "ok", "over_limit", "shadow_over_limit"}
+
+// metrics are the service's Prometheus collectors, registered on a
+// registry the service owns or the caller gave (never the global one).
+type metrics struct {
+	reg         *prometheus.Registry
+	descriptors *prometheus.CounterVec
+	requests    *prometheus.CounterVec
+	duration    *prometheus.HistogramVec
+	reloads     *prometheus.CounterVec
+	generation  prometheus.Gauge
+	storeErrors prometheus.Counter
+	// unknown counts descriptors of domains the configuration lacks, under
+	// one label, so clients cannot grow the label set.
+	unknown *domainStats
+}
+
+// domainStats are the descriptor counters of one domain, resolved once
+// per configuration so a decision does no label lookup.
+type domainStats [numOutcomes]prometheus.Counter
+
+func newMetrics(reg *prometheus.Registry) (*metrics, error) {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m := &metrics{
+		reg: reg,
+		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_decision_descriptors_total",
+			Help: "Request descriptors by domain (\"(unknown)\" for domains not configured) and outcome (ok, over_limit, shadow_over_limit, unlimited, no_limit).",
+		}, []string{"domain", "outcome"}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_decision_requests_total",
+			Help: "Rate limit requests by transport (grpc, http) and result (ok, over_limit, invalid, error).",
+		}, []string{"transport", "result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_decision_duration_seconds",
+			Help:    "Time to decide a rate limit request, store included, by transport.",
+			Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .1},
+		}, []string{"transport"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_decision_config_reloads_total",
+			Help: "Configuration reloads by result (applied, rejected).",
+		}, []string{"result"}),
+		generation: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_decision_config_generation",
+			Help: "Number of the configuration generation in use.",
+		}),
+		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_decision_store_errors_total",
+			Help: "Counter store failures; each fails its request.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.descriptors, m.requests, m.duration, m.reloads, m.generation, m.storeErrors} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("decision: registering metrics: %w", err)
+		}
+	}
+	m.unknown = m.domain("(unknown)")
+	return m, nil
+}
+
+func (m *metrics) domain(name string) *domainStats {
+	var d domainStats
+	for o := range numOutcomes {
+		d[o] = m.descriptors.WithLabelValues(name, outcomeNames[o])
+	}
+	return &d
+}
+
+// observe records one request's result and duration.
+func (m *metrics) observe(transport string, start time.Time, result string) {
+	m.requests.WithLabelValues(transport, result).Inc()
+	m.duration.WithLabelValues(transport).Observe(time.Since(start).Seconds())
+}
+
+// Registry returns the registry the service's metrics are registered on.
+func (s *Service) Registry() *prometheus.Registry { return s.m.reg }
+
+func (s *Service) metricsHandler() http.Handler {
+	return promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{Registry: s.m.reg})
+}
