@@ -123,6 +123,7 @@ type serveFlags struct {
 	realIPHeader     string
 	realIPRecursive  bool
 	proxyProtocol    bool
+	groupOverrides   bool
 	logLevel         string
 	logFormat        string
 	accessLog        bool
@@ -172,6 +173,7 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	str(&f.realIPHeader, "real-ip-header", clientip.XRealIP, "header holding the client address from a trusted proxy (Kong's real_ip_header)")
 	boolean(&f.realIPRecursive, "real-ip-recursive", false, "skip trusted addresses right to left in the header (Kong's real_ip_recursive)")
 	boolean(&f.proxyProtocol, "proxy-protocol", false, "require a PROXY protocol header (v1 or v2) on every proxy connection (Kong's proxy_listen ... proxy_protocol)")
+	boolean(&f.groupOverrides, "consumer-group-policy-overrides", false, "read rate-limiting-advanced under consumer_groups[].plugins as legacy overrides (Kong <= 3.3) instead of group-scoped plugins")
 	str(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	str(&f.logFormat, "log-format", "json", "json or text")
 	boolean(&f.accessLog, "access-log", true, "log every request")
@@ -247,14 +249,15 @@ func serve(ctx context.Context, f *serveFlags, log *slog.Logger, stdout io.Write
 		return err
 	}
 	opts := gateway.Options{
-		ClientIP:            resolver,
-		Logger:              log,
-		AccessLog:           f.accessLog,
-		MaxRequestBodySize:  f.maxBody,
-		ReadTimeout:         f.readTimeout,
-		IdleTimeout:         f.idleTimeout,
-		UpstreamIdleTimeout: f.upstreamIdle,
-		Shared:              gateway.NewShared(policy.RegistryOptions{}),
+		ClientIP:             resolver,
+		Logger:               log,
+		AccessLog:            f.accessLog,
+		MaxRequestBodySize:   f.maxBody,
+		ReadTimeout:          f.readTimeout,
+		IdleTimeout:          f.idleTimeout,
+		UpstreamIdleTimeout:  f.upstreamIdle,
+		GroupPolicyOverrides: f.groupOverrides,
+		Shared:               gateway.NewShared(policy.RegistryOptions{}),
 	}
 	defer opts.Shared.Close()
 	if f.otlpEndpoint != "" {

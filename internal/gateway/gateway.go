@@ -89,6 +89,12 @@ type Options struct {
 	UpstreamIdleTimeout time.Duration
 	// Now returns the time used for decisions; nil means time.Now.
 	Now func() time.Time
+	// GroupPolicyOverrides reads rate-limiting-advanced entries under
+	// consumer_groups[].plugins as legacy consumer-group overrides (decK's
+	// --consumer-group-policy-overrides, Kong <= 3.3) instead of 3.4+
+	// group-scoped plugins. RLA instances with enforce_consumer_groups then
+	// take the override of the first listed group the consumer is in.
+	GroupPolicyOverrides bool
 }
 
 // Shared is the state that outlives configuration generations: the
@@ -317,9 +323,28 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 	}
 	var insts []*instance
 	var closers []io.Closer
+	var overrides map[string]*policy.OverrideConfig
+	if g.opts.GroupPolicyOverrides {
+		overrides = map[string]*policy.OverrideConfig{}
+		for _, p := range cfg.Plugins {
+			if p.ConsumerGroup == nil || p.Name != "rate-limiting-advanced" {
+				continue
+			}
+			o, err := policy.ParseOverride(p.Config)
+			if err != nil {
+				errs = append(errs, fieldErrors(p.Where, policyErrors(err))...)
+				continue
+			}
+			overrides[p.ConsumerGroup.Name] = o
+			overrides[p.ConsumerGroup.ID] = o
+		}
+	}
 	for _, p := range cfg.Plugins {
 		if p.Name == "" {
 			continue
+		}
+		if overrides != nil && p.ConsumerGroup != nil && p.Name == "rate-limiting-advanced" {
+			continue // a legacy override, read above
 		}
 		f, ok := g.factories[p.Name]
 		if !ok {
@@ -331,7 +356,7 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 		if !ok {
 			continue // reported by kongconf
 		}
-		pl, err := f.New(p.Config, &BuildEnv{Entity: p, Config: cfg, Shared: g.opts.Shared, Logger: g.log})
+		pl, err := f.New(p.Config, &BuildEnv{Entity: p, Config: cfg, Shared: g.opts.Shared, Logger: g.log, GroupOverrides: overrides})
 		if err != nil {
 			errs = append(errs, fieldErrors(p.Where, err)...)
 			continue

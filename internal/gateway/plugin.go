@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+	"github.com/seed-008287da/sluice/policy"
 )
 
 // A Plugin is one configured plugin instance of a configuration
@@ -50,6 +51,10 @@ type BuildEnv struct {
 	Shared *Shared
 	// Logger is the gateway's logger.
 	Logger *slog.Logger
+	// GroupOverrides are the legacy consumer-group overrides of
+	// rate-limiting-advanced by group name and id; nil unless
+	// Options.GroupPolicyOverrides.
+	GroupOverrides map[string]*policy.OverrideConfig
 }
 
 // instance is a built plugin with its precedence rank.

@@ -173,3 +173,57 @@ func TestConsumerGroupTiers(t *testing.T) {
 		t.Errorf("bob: %d allowed, want the route's 1", n)
 	}
 }
+
+// TestLegacyGroupOverrides reads consumer_groups[].plugins as legacy
+// overrides: the route's instance enforces them for members.
+func TestLegacyGroupOverrides(t *testing.T) {
+	up := echoUpstream(t)
+	cfg := withUpstream(`
+_format_version: "3.0"
+services:
+  - name: api
+    url: UPSTREAM
+    routes:
+      - name: r
+        paths: [/]
+        plugins:
+          - name: key-auth
+          - name: rate-limiting-advanced
+            config:
+              limit: [1]
+              window_size: [60]
+              window_type: fixed
+              identifier: consumer
+              namespace: legacy
+              enforce_consumer_groups: true
+              consumer_groups: [gold]
+consumers:
+  - username: alice
+    keyauth_credentials: [{key: alice-key}]
+    groups: [{name: gold}]
+  - username: bob
+    keyauth_credentials: [{key: bob-key}]
+consumer_groups:
+  - name: gold
+    plugins:
+      - name: rate-limiting-advanced
+        config: {limit: [3], window_size: [60], window_type: fixed}
+`, up)
+	_, base := startGateway(t, cfg, Options{GroupPolicyOverrides: true})
+	if n := countAllowed(t, base, "/", map[string]string{"apikey": "alice-key"}, 5); n != 3 {
+		t.Errorf("alice (gold override): %d allowed, want 3", n)
+	}
+	if n := countAllowed(t, base, "/", map[string]string{"apikey": "bob-key"}, 5); n != 1 {
+		t.Errorf("bob: %d allowed, want 1", n)
+	}
+	// An override carries only the override fields.
+	g, err := New(Options{GroupPolicyOverrides: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = g.Validate([]byte(strings.Replace(cfg, "config: {limit: [3], window_size: [60], window_type: fixed}",
+		"config: {limit: [3], window_size: [60], namespace: x}", 1)))
+	if err == nil || !strings.Contains(err.Error(), "consumer_groups[0].plugins[0].config.namespace") {
+		t.Errorf("override with a plugin-only field: %v", err)
+	}
+}

@@ -53,6 +53,14 @@ func newRateLimitingAdvanced(raw json.RawMessage, env *BuildEnv) (Plugin, error)
 	if err != nil {
 		return nil, policyErrors(err)
 	}
+	if cfg.EnforceConsumerGroups && env.GroupOverrides != nil {
+		cfg.Overrides = map[string]*policy.OverrideConfig{}
+		for _, g := range cfg.ConsumerGroups {
+			if o, ok := env.GroupOverrides[g]; ok {
+				cfg.Overrides[g] = o
+			}
+		}
+	}
 	a, err := policy.NewAdvanced(cfg, env.Shared.Policy())
 	if err != nil {
 		return nil, policyErrors(err)
