@@ -59,7 +59,7 @@ func (s *Service) serveDecide(w http.ResponseWriter, r *http.Request, jsonOut pr
 	}
 	start := time.Now()
 	resp, err := s.Decide(r.Context(), &req, s.now())
-	s.m.observe("http", start, result(resp, err))
+	s.m.observe(viaHTTP, start, resp, err)
 	if err != nil {
 		code := http.StatusServiceUnavailable
 		if errors.Is(err, ErrInvalidRequest) {

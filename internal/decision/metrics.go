@@ -1,10 +1,12 @@
 package decision
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -36,7 +38,32 @@ type metrics struct {
 	// unknown counts descriptors of domains the configuration lacks, under
 	// one label, so clients cannot grow the label set.
 	unknown *domainStats
+	// The children of requests and duration, resolved once.
+	reqCount [numTransports][numResults]prometheus.Counter
+	reqTime  [numTransports]prometheus.Observer
 }
+
+type transport uint8
+
+const (
+	viaGRPC transport = iota
+	viaHTTP
+	numTransports
+)
+
+var transportNames = [numTransports]string{"grpc", "http"}
+
+type result uint8
+
+const (
+	resOK result = iota
+	resOver
+	resInvalid
+	resError
+	numResults
+)
+
+var resultNames = [numResults]string{"ok", "over_limit", "invalid", "error"}
 
 // domainStats are the descriptor counters of one domain, resolved once
 // per configuration so a decision does no label lookup.
@@ -80,6 +107,12 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		}
 	}
 	m.unknown = m.domain("(unknown)")
+	for t := range numTransports {
+		for r := range numResults {
+			m.reqCount[t][r] = m.requests.WithLabelValues(transportNames[t], resultNames[r])
+		}
+		m.reqTime[t] = m.duration.WithLabelValues(transportNames[t])
+	}
 	return m, nil
 }
 
@@ -92,9 +125,18 @@ func (m *metrics) domain(name string) *domainStats {
 }
 
 // observe records one request's result and duration.
-func (m *metrics) observe(transport string, start time.Time, result string) {
-	m.requests.WithLabelValues(transport, result).Inc()
-	m.duration.WithLabelValues(transport).Observe(time.Since(start).Seconds())
+func (m *metrics) observe(t transport, start time.Time, resp *rlspb.RateLimitResponse, err error) {
+	r := resOK
+	switch {
+	case errors.Is(err, ErrInvalidRequest):
+		r = resInvalid
+	case err != nil:
+		r = resError
+	case resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT:
+		r = resOver
+	}
+	m.reqCount[t][r].Inc()
+	m.reqTime[t].Observe(time.Since(start).Seconds())
 }
 
 // Registry returns the registry the service's metrics are registered on.

@@ -237,24 +237,11 @@ func (s *Service) update(cfg *Config, data []byte) error {
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	start := time.Now()
 	resp, err := s.Decide(ctx, req, s.now())
-	s.m.observe("grpc", start, result(resp, err))
+	s.m.observe(viaGRPC, start, resp, err)
 	if err != nil {
 		return nil, grpcError(err)
 	}
 	return resp, nil
-}
-
-// result is the label of a request's result in the metrics.
-func result(resp *rlspb.RateLimitResponse, err error) string {
-	switch {
-	case errors.Is(err, ErrInvalidRequest):
-		return "invalid"
-	case err != nil:
-		return "error"
-	case resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT:
-		return "over_limit"
-	}
-	return "ok"
 }
 
 // Decide answers req at time now.
