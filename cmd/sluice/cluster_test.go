@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -108,6 +110,28 @@ services:
 	if b := body(); !strings.Contains(b, `"one"`) {
 		t.Fatalf("first document: %s", b)
 	}
+	// Clients keep sending while etcd changes; none may fail.
+	var failed, sent atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 5000; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				b, err := httpGetBody(s.proxy + "/")
+				sent.Add(1)
+				if err != nil || !strings.Contains(b, `"message"`) {
+					failed.Add(1)
+				}
+			}
+		}()
+	}
 	put("_format_version: \"3.0\"\nservices: [{name: s, colour: red}]")
 	put(doc("two"))
 	deadline := time.Now().Add(20 * time.Second)
@@ -116,6 +140,11 @@ services:
 			t.Fatalf("etcd change not applied: %s", body())
 		}
 		pollPause()
+	}
+	close(stop)
+	wg.Wait()
+	if failed.Load() != 0 {
+		t.Errorf("%d of %d requests failed while etcd changed", failed.Load(), sent.Load())
 	}
 	_, metrics := httpGetBodyMust(t, s.admin+"/metrics")
 	if !strings.Contains(metrics, `sluice_config_reloads_total{result="rejected",source="etcd"} 1`) {
