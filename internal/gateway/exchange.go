@@ -47,6 +47,9 @@ type Exchange struct {
 	RequestID string
 
 	gen         *generation
+	logMethod   string
+	logHost     string
+	logPath     string
 	storeErrs   []error
 	respHeaders [][2]string
 	responded   bool

@@ -41,6 +41,10 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	g.metrics.inflight.Inc()
 	x := &Exchange{ctx: ctx, Context: context.Background(), Now: g.now()}
 	x.RequestID = requestID(g.reqSeq.Add(1), start)
+	if g.opts.AccessLog {
+		// Kept before the request is rewritten for the upstream.
+		x.logMethod, x.logHost, x.logPath = string(ctx.Method()), string(ctx.Host()), string(ctx.Path())
+	}
 	ended := false
 	defer func() {
 		if !ended {
@@ -183,9 +187,9 @@ func (g *Gateway) end(x *Exchange, start time.Time) {
 		attrs := []slog.Attr{
 			slog.String("request_id", x.RequestID),
 			slog.String("client_ip", x.ClientIP.String()),
-			slog.String("method", string(x.ctx.Method())),
-			slog.String("host", string(x.ctx.Host())),
-			slog.String("path", string(x.ctx.Path())),
+			slog.String("method", x.logMethod),
+			slog.String("host", x.logHost),
+			slog.String("path", x.logPath),
 			slog.Int("status", status),
 			slog.String("route", route),
 			slog.String("service", service),

@@ -79,7 +79,7 @@ func TestObservability(t *testing.T) {
 	if len(lines) != 2 {
 		t.Fatalf("%d access lines:\n%s", len(lines), logs.String())
 	}
-	if l := lines[1]; l["status"] != float64(429) || l["route"] != "term" || l["client_ip"] != "127.0.0.1" ||
+	if l := lines[1]; l["status"] != float64(429) || l["route"] != "term" || l["path"] != "/a" || l["client_ip"] != "127.0.0.1" ||
 		l["plugin.rate-limiting-advanced"] != "denied" || l["request_id"] == "" {
 		t.Errorf("access line: %v", l)
 	}
