@@ -2,8 +2,10 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -29,6 +31,11 @@ type takeCall struct {
 	now  time.Time
 	done chan takeResult // buffered: a batcher never blocks on it
 }
+
+// callPool recycles takeCalls that were answered; a call whose caller
+// gave up is left to the garbage collector, since a batcher may still
+// send on its channel.
+var callPool = sync.Pool{New: func() any { return &takeCall{done: make(chan takeResult, 1)} }}
 
 type takeResult struct {
 	vals []rueidis.RedisMessage
@@ -135,10 +142,14 @@ func replyLen(g []*takeCall) int {
 	return n
 }
 
-// record feeds the breaker with the outcome of one round trip.
+// record feeds the breaker with the outcome of one round trip. A call the
+// caller cancelled says nothing about Redis.
 func (s *Store) record(now time.Time, err error) {
 	if err == nil {
 		s.br.success()
+		return
+	}
+	if errors.Is(err, context.Canceled) {
 		return
 	}
 	s.redisErrors.Add(1)

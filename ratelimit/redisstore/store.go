@@ -460,7 +460,8 @@ func (s *Store) takeRedis(ctx context.Context, r *ratelimit.Request) (ratelimit.
 		s.record(r.Now, nil)
 		return s.decodeTake(r, vals)
 	}
-	c := &takeCall{keys: keys, args: args, n: n, now: r.Now, done: make(chan takeResult, 1)}
+	c := callPool.Get().(*takeCall)
+	c.keys, c.args, c.n, c.now, c.slot = keys, args, n, r.Now, 0
 	if s.cluster {
 		c.slot = slot(keys[0])
 	}
@@ -473,6 +474,8 @@ func (s *Store) takeRedis(ctx context.Context, r *ratelimit.Request) (ratelimit.
 	}
 	select {
 	case res := <-c.done:
+		*c = takeCall{done: c.done}
+		callPool.Put(c) // answered: no batcher holds it any more
 		if res.err != nil {
 			return ratelimit.Decision{}, res.err
 		}
@@ -482,7 +485,7 @@ func (s *Store) takeRedis(ctx context.Context, r *ratelimit.Request) (ratelimit.
 		// so the callers behind this one do not wait for it too.
 		err := fmt.Errorf("redisstore: waiting for a decision: %w", ctx.Err())
 		s.record(r.Now, err)
-		return ratelimit.Decision{}, err
+		return ratelimit.Decision{}, err // c stays out of the pool: a batcher may still answer it
 	case <-s.stop:
 		return ratelimit.Decision{}, ratelimit.ErrClosed
 	}
