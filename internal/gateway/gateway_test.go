@@ -336,3 +336,39 @@ services: [{name: s, url: UPSTREAM, routes: [{paths: [/]}]}]
 		t.Errorf("X-Real-IP %q, want the PROXY source", e.Headers["x-real-ip"])
 	}
 }
+
+// TestProtocolsAndDisabledService: an https-only route answers plain HTTP
+// with Kong's 426 unless a trusted proxy forwarded HTTPS; routes of a
+// disabled service are not matched.
+func TestProtocolsAndDisabledService(t *testing.T) {
+	up := echoUpstream(t)
+	cfg := withUpstream(`
+_format_version: "3.0"
+services:
+  - name: secure
+    url: UPSTREAM
+    routes: [{name: s, paths: [/secure], protocols: [https]}]
+  - name: off
+    url: UPSTREAM
+    enabled: false
+    routes: [{name: o, paths: [/off]}]
+`, up)
+	_, base := startGateway(t, cfg, Options{})
+	if r := do(t, "GET", base+"/secure", nil); r.status != 426 || !strings.Contains(r.body, "Please use HTTPS protocol") {
+		t.Errorf("plain http to an https route: %d %s", r.status, r.body)
+	}
+	if r := do(t, "GET", base+"/secure", map[string]string{"X-Forwarded-Proto": "https"}); r.status != 426 {
+		t.Errorf("untrusted X-Forwarded-Proto: %d", r.status)
+	}
+	if r := do(t, "GET", base+"/off", nil); r.status != 404 {
+		t.Errorf("route of a disabled service: %d", r.status)
+	}
+	trusted, err := clientip.New(clientip.Options{TrustedIPs: []string{"127.0.0.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, behind := startGateway(t, cfg, Options{ClientIP: trusted})
+	if r := do(t, "GET", behind+"/secure", map[string]string{"X-Forwarded-Proto": "https"}); r.status != 200 {
+		t.Errorf("https forwarded by a trusted proxy: %d %s", r.status, r.body)
+	}
+}

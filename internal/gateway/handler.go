@@ -78,6 +78,10 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	x.Match, x.Route, x.Service = m, m.Route, m.Route.Service
+	if !routeAllowsScheme(m.Route, requestScheme(ctx, g.opts.ClientIP.Trusted(peer))) {
+		x.RespondError(fasthttp.StatusUpgradeRequired, "Please use HTTPS protocol")
+		return
+	}
 
 	for _, list := range gen.chains[m.Route].names {
 		in := pick(list, x.Consumer)
@@ -220,6 +224,24 @@ func requestID(seq uint64, t time.Time) string {
 	b = append(b, '-')
 	b = strconv.AppendUint(b, seq, 36)
 	return string(b)
+}
+
+// requestScheme is https for a TLS connection, or when a trusted proxy
+// says so in X-Forwarded-Proto.
+func requestScheme(ctx *fasthttp.RequestCtx, trusted bool) string {
+	if ctx.IsTLS() || (trusted && strings.EqualFold(string(ctx.Request.Header.Peek("X-Forwarded-Proto")), "https")) {
+		return "https"
+	}
+	return "http"
+}
+
+func routeAllowsScheme(r *kongconf.Route, scheme string) bool {
+	for _, p := range r.Protocols {
+		if p == scheme {
+			return true
+		}
+	}
+	return false
 }
 
 func isUpgrade(h *fasthttp.RequestHeader) bool {

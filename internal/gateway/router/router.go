@@ -52,6 +52,9 @@ type Match struct {
 func New(routes []*kongconf.Route) *Router {
 	r := &Router{}
 	for i, rt := range routes {
+		if rt.Service != nil && !rt.Service.Enabled {
+			continue // Kong leaves the routes of a disabled service out of the router
+		}
 		attrs := 0
 		if len(rt.Hosts) > 0 {
 			attrs++
