@@ -347,7 +347,9 @@ _format_version: "3.0"
 services:
   - name: secure
     url: UPSTREAM
-    routes: [{name: s, paths: [/secure], protocols: [https]}]
+    routes:
+      - {name: s, paths: [/secure], protocols: [https], path_handling: v0, request_buffering: true, response_buffering: false}
+      - {name: redir, paths: [/redir], protocols: [https], https_redirect_status_code: 301}
   - name: off
     url: UPSTREAM
     enabled: false
@@ -356,6 +358,15 @@ services:
 	_, base := startGateway(t, cfg, Options{})
 	if r := do(t, "GET", base+"/secure", nil); r.status != 426 || !strings.Contains(r.body, "Please use HTTPS protocol") {
 		t.Errorf("plain http to an https route: %d %s", r.status, r.body)
+	}
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	res, err := noFollow.Get(base + "/redir/x?y=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if loc := res.Header.Get("Location"); res.StatusCode != 301 || loc != "https://127.0.0.1/redir/x?y=1" {
+		t.Errorf("redirect: %d %q", res.StatusCode, loc)
 	}
 	if r := do(t, "GET", base+"/secure", map[string]string{"X-Forwarded-Proto": "https"}); r.status != 426 {
 		t.Errorf("untrusted X-Forwarded-Proto: %d", r.status)

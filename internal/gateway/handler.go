@@ -79,6 +79,11 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	}
 	x.Match, x.Route, x.Service = m, m.Route, m.Route.Service
 	if !routeAllowsScheme(m.Route, requestScheme(ctx, g.opts.ClientIP.Trusted(peer))) {
+		if code := m.Route.HTTPSRedirectStatusCode; code != fasthttp.StatusUpgradeRequired {
+			x.Respond(code, "", nil)
+			ctx.Response.Header.Set("Location", "https://"+hostOnly(string(ctx.Host()))+string(ctx.RequestURI()))
+			return
+		}
 		x.RespondError(fasthttp.StatusUpgradeRequired, "Please use HTTPS protocol")
 		return
 	}

@@ -120,7 +120,11 @@ type Route struct {
 	PreserveHost  bool
 	Protocols     []string
 	RegexPriority int
-	Tags          []string
+	// HTTPSRedirectStatusCode answers plain HTTP to an https-only route:
+	// 426 (Kong's default) with a message, or a redirect (301, 302, 307,
+	// 308) to the https URL.
+	HTTPSRedirectStatusCode int
+	Tags                    []string
 	// Where is the route's path in the file, for messages.
 	Where string
 }

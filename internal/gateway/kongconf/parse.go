@@ -226,14 +226,15 @@ func (p *parser) route(v any, path string, svc *Service) {
 		return
 	}
 	r := &Route{
-		ID:            o.str("id"),
-		Name:          o.str("name"),
-		Service:       svc,
-		StripPath:     o.boolean("strip_path", true),
-		PreserveHost:  o.boolean("preserve_host", false),
-		RegexPriority: int(o.integer("regex_priority", 0, -1<<31, 1<<31-1)),
-		Tags:          o.strList("tags"),
-		Where:         path,
+		ID:                      o.str("id"),
+		Name:                    o.str("name"),
+		Service:                 svc,
+		StripPath:               o.boolean("strip_path", true),
+		PreserveHost:            o.boolean("preserve_host", false),
+		RegexPriority:           int(o.integer("regex_priority", 0, -1<<31, 1<<31-1)),
+		HTTPSRedirectStatusCode: int(o.integer("https_redirect_status_code", 426, 0, 999)),
+		Tags:                    o.strList("tags"),
+		Where:                   path,
 	}
 	if svc != nil {
 		if o.has("service") {
@@ -243,6 +244,18 @@ func (p *parser) route(v any, path string, svc *Service) {
 	} else if ref := o.ref("service"); ref != "" {
 		p.routeSvc = append(p.routeSvc, pendingRef[*Route]{r, ref, o.field("service")})
 	}
+	switch r.HTTPSRedirectStatusCode {
+	case 426, 301, 302, 307, 308:
+	default:
+		p.errs.add(o.field("https_redirect_status_code"), "expected one of: 426, 301, 302, 307, 308")
+	}
+	if ph := o.str("path_handling"); ph != "" && ph != "v0" {
+		p.errs.add(o.field("path_handling"), "only v0 is supported, got %q", ph)
+	}
+	// sluice streams request and response bodies whatever these say; they
+	// are accepted so that decK dumps load.
+	o.boolean("request_buffering", true)
+	o.boolean("response_buffering", true)
 	r.Paths = o.strList("paths")
 	for i, ps := range r.Paths {
 		fp := index(o.field("paths"), i)
