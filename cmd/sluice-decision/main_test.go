@@ -68,16 +68,18 @@ func TestCheck(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
 	writeFile(t, good, config)
-	out, err := command(t, "-c", good, "-check").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "configuration is valid") {
-		t.Fatalf("good: %s %v", out, err)
+	for _, f := range []string{good, "../../examples/decision/config.yaml"} {
+		out, err := command(t, "-c", f, "-check").CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "configuration is valid") {
+			t.Fatalf("%s: %s %v", f, out, err)
+		}
 	}
 	bad := filepath.Join(dir, "bad.yaml")
 	writeFile(t, bad, "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hours, requests_per_unit: 2}\n  - value: v\n")
 	cmd := command(t, "-c", bad, "-check")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
-	err = cmd.Run()
+	err := cmd.Run()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
 		t.Fatalf("bad: exit %v, want 1", err)
 	}
