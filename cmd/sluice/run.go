@@ -166,7 +166,8 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 		}
 		fs.DurationVar(p, name, v, help)
 	}
-	str(&f.config, "c", "", "declarative configuration file (YAML or JSON), watched for changes")
+	fs.StringVar(&f.config, "c", os.Getenv("SLUICE_CONFIG"), "declarative configuration file (YAML or JSON), watched for changes")
+	fs.StringVar(&f.config, "config", os.Getenv("SLUICE_CONFIG"), "same as -c")
 	str(&f.proxyListen, "proxy-listen", "0.0.0.0:8000", "proxy listen address")
 	str(&f.adminListen, "admin-listen", "127.0.0.1:8001", "admin API listen address (keep it on loopback); empty disables it")
 	str(&f.trustedIPs, "trusted-ips", "", "comma-separated CIDRs whose forwarding headers are trusted (Kong's trusted_ips)")
@@ -335,7 +336,7 @@ func serve(ctx context.Context, f *serveFlags, log *slog.Logger, stdout io.Write
 	errc := make(chan error, 2)
 	go func() { errc <- g.Serve(pln) }()
 	fmt.Fprintf(stdout, "proxy listening on %s\n", pln.Addr())
-	log.Info("proxy listening", "addr", pln.Addr().String())
+	log.Info("proxy listening", "addr", pln.Addr().String(), "version", versionString())
 
 	var adminSrv *http.Server
 	if f.adminListen != "" {

@@ -39,7 +39,9 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	g.inflight.Add(1)
 	g.active.Add(1)
 	g.metrics.inflight.Inc()
-	x := &Exchange{ctx: ctx, Context: context.Background(), Now: g.now()}
+	// The request context ends when the server shuts down (fasthttp has
+	// no per-request cancellation when a client goes away).
+	x := &Exchange{ctx: ctx, Context: ctx, Now: g.now()}
 	x.RequestID = requestID(g.reqSeq.Add(1), start)
 	if g.opts.AccessLog {
 		// Kept before the request is rewritten for the upstream.
