@@ -51,7 +51,7 @@ func hammer(t *testing.T, stores []*Store, perCaller int, call func(s *Store, g,
 func exactness(t *testing.T, c *Client) {
 	stores := make([]*Store, nodes)
 	for i := range stores {
-		stores[i] = newStore(t, c, Options{Namespace: "exact", CallerClock: true, ManualSync: true, Timeout: 5 * time.Second})
+		stores[i] = newStore(t, c, Options{Namespace: "exact", CallerClock: true, ManualSync: true, Timeout: 10 * time.Second, Strict: true})
 	}
 	ctx := context.Background()
 

@@ -280,3 +280,24 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestStrict(t *testing.T) {
+	srv, c := standalone(t)
+	s := newStore(t, c, Options{Namespace: "strict", CallerClock: true, ManualSync: true, Strict: true})
+	ctx := context.Background()
+	r := ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{ratelimit.PerMinute(10)}, Now: ratelimittest.At(0)}
+	take(t, s, r)
+	srv.Stop()
+	for i := range 2 { // the failing call, then the open breaker
+		if _, err := s.Take(ctx, r); !errors.Is(err, ErrUnavailable) {
+			t.Fatalf("call %d: Take = %v, want ErrUnavailable", i, err)
+		}
+	}
+	lr := ratelimit.LeaseRequest{Key: "k", ID: "a", Max: 1, TTL: time.Second, Now: ratelimittest.At(0)}
+	if _, err := s.Acquire(ctx, lr); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Acquire = %v, want ErrUnavailable", err)
+	}
+	if st := s.Stats(); st.LocalDecisions != 0 {
+		t.Fatalf("%d local decisions in strict mode", st.LocalDecisions)
+	}
+}

@@ -66,7 +66,7 @@ func TestKongLayoutExactness(t *testing.T) {
 	_, c := standalone(t)
 	stores := make([]*Store, nodes)
 	for i := range stores {
-		stores[i] = newStore(t, c, Options{Namespace: "kong-exact", KongLayout: true, ManualSync: true, Timeout: 5 * time.Second})
+		stores[i] = newStore(t, c, Options{Namespace: "kong-exact", KongLayout: true, ManualSync: true, Timeout: 10 * time.Second, Strict: true})
 	}
 	lim := []ratelimit.Limit{ratelimit.PerMinute(1000).Fixed()}
 	now := ratelimittest.At(30 * time.Second)

@@ -54,6 +54,10 @@ const LocalOnly time.Duration = -1
 // ratelimit.Apply.
 var ErrBadReply = errors.New("redisstore: bad reply from redis")
 
+// ErrUnavailable is returned, with Options.Strict, instead of a local
+// decision when Redis does not answer or the breaker keeps it away.
+var ErrUnavailable = errors.New("redisstore: redis unavailable")
+
 // Options configures a Store. The zero value is a synchronous store in the
 // empty namespace that reads Redis' clock.
 type Options struct {
@@ -110,6 +114,13 @@ type Options struct {
 	// one call probes it again; zero means 1 s, or SyncRate when SyncRate
 	// is positive (every cycle probes).
 	Cooldown time.Duration
+
+	// Strict returns an error wrapping ErrUnavailable instead of deciding
+	// locally when Redis is unavailable (Take and Acquire in synchronous
+	// mode), for callers that choose their own failure mode, and for tests
+	// that must tell a slow Redis from a miscount. The default is Kong's:
+	// fall back to local counters, never fail the caller.
+	Strict bool
 
 	// Logger receives one line per state change; nil discards them.
 	Logger *slog.Logger
@@ -331,6 +342,9 @@ func (s *Store) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Decisi
 		return ratelimit.Decision{}, err
 	}
 	if !s.br.allow(r.Now) {
+		if s.opts.Strict {
+			return ratelimit.Decision{}, ErrUnavailable
+		}
 		s.localDecisions.Add(1)
 		return s.local.take(&r, false), nil
 	}
@@ -345,6 +359,9 @@ func (s *Store) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Decisi
 		return d, nil
 	}
 	if isUnavailable(err) {
+		if s.opts.Strict {
+			return ratelimit.Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
 		s.localDecisions.Add(1)
 		return s.local.take(&r, false), nil
 	}
@@ -536,6 +553,9 @@ func (s *Store) Acquire(ctx context.Context, r ratelimit.LeaseRequest) (ratelimi
 		return s.local.acquire(&r), nil
 	}
 	if !s.br.allow(r.Now) {
+		if s.opts.Strict {
+			return ratelimit.Lease{}, ErrUnavailable
+		}
 		s.localDecisions.Add(1)
 		return s.local.acquire(&r), nil
 	}
@@ -545,6 +565,9 @@ func (s *Store) Acquire(ctx context.Context, r ratelimit.LeaseRequest) (ratelimi
 		return l, nil
 	}
 	if s.unavailable(r.Now, err) {
+		if s.opts.Strict {
+			return ratelimit.Lease{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
 		s.localDecisions.Add(1)
 		return s.local.acquire(&r), nil
 	}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/seed-008287da/sluice/internal/testservers"
 	"github.com/seed-008287da/sluice/ratelimit"
@@ -75,6 +76,10 @@ func factory(c *Client, opts Options) ratelimittest.Factory {
 		o.Namespace = "conformance-" + strconv.FormatInt(nsSeq.Add(1), 10)
 		o.CallerClock = true
 		o.ManualSync = true
+		// A call slowed down by a busy machine must fail the test, not
+		// be decided locally and miscount.
+		o.Strict = true
+		o.Timeout = 10 * time.Second
 		s, err := New(c, o)
 		if err != nil {
 			t.Fatalf("New: %v", err)
