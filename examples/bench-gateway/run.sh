@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Load runs of the gateway on loopback, same machine, same round:
 #   nginx return 200 (upstream) <- nginx proxy_pass | nginx + limit_req |
-#   sluice (no plugin) | sluice + rate-limiting-advanced (memory)
-# Usage: examples/bench-gateway/run.sh [seconds]   (needs wrk and nginx)
+#   sluice (no plugin) | sluice + rate-limiting-advanced (memory; Redis
+#   sync_rate 0; Redis sync_rate 0.1)
+# Usage: examples/bench-gateway/run.sh [seconds]   (needs wrk, nginx, redis-server)
 set -euo pipefail
 secs=${1:-8}
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -26,6 +27,8 @@ http {
 }
 NGX
 nginx -c "$work/nginx.conf" -p "$work"
+redis-server --port 16379 --save "" --appendonly no --dir "$work" --daemonize no >/dev/null &
+for _ in $(seq 100); do redis-cli -p 16379 ping >/dev/null 2>&1 && break; sleep 0.1; done
 
 cat >"$work/kong.yml" <<'YML'
 _format_version: "3.0"
@@ -39,6 +42,18 @@ services:
         plugins:
           - name: rate-limiting-advanced
             config: {limit: [1000000000], window_size: [60], identifier: ip, namespace: bench}
+      - name: redis0
+        paths: [/redis0]
+        plugins:
+          - name: rate-limiting-advanced
+            config: {limit: [1000000000], window_size: [60], identifier: ip, namespace: bench-r0,
+                     strategy: redis, sync_rate: 0, redis: {host: 127.0.0.1, port: 16379}}
+      - name: redis01
+        paths: [/redis01]
+        plugins:
+          - name: rate-limiting-advanced
+            config: {limit: [1000000000], window_size: [60], identifier: ip, namespace: bench-r01,
+                     strategy: redis, sync_rate: 0.1, redis: {host: 127.0.0.1, port: 16379}}
 YML
 (cd "$root" && go build -o "$work/sluice" ./cmd/sluice)
 "$work/sluice" run -c "$work/kong.yml" --proxy-listen 127.0.0.1:18090 --admin-listen 127.0.0.1:18091 \
@@ -57,4 +72,6 @@ echo "|---|---|---|"
 run "nginx proxy_pass" http://127.0.0.1:18081/
 run "nginx proxy_pass + limit_req" http://127.0.0.1:18082/
 run "sluice, no plugin" http://127.0.0.1:18090/plain
-run "sluice + rate-limiting-advanced" http://127.0.0.1:18090/rla
+run "sluice + RLA memory" http://127.0.0.1:18090/rla
+run "sluice + RLA redis sync_rate 0" http://127.0.0.1:18090/redis0
+run "sluice + RLA redis sync_rate 0.1" http://127.0.0.1:18090/redis01
