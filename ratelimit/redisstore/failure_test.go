@@ -126,7 +126,6 @@ func TestDeadlineBoundsEachCall(t *testing.T) {
 	srv, c := standalone(t)
 	s := newStore(t, c, Options{Namespace: "deadline", CallerClock: true, ManualSync: true, Timeout: 50 * time.Millisecond})
 	r := ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{ratelimit.PerMinute(10)}, Now: ratelimittest.At(0)}
-	take(t, s, r)
 	srv.Do(t, "CLIENT", "PAUSE", "3000", "ALL")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
@@ -225,7 +224,7 @@ func TestSentinelFailover(t *testing.T) {
 		nodes = append(nodes, Addr{h, p})
 	}
 	c := dial(t, Config{SentinelMaster: sg.MasterName, SentinelNodes: nodes})
-	s := newStore(t, c, Options{Namespace: "failover", Cooldown: 50 * time.Millisecond})
+	s := newStore(t, c, Options{Namespace: "failover", Cooldown: 50 * time.Millisecond, Timeout: 500 * time.Millisecond})
 	lim := []ratelimit.Limit{ratelimit.PerSecond(1_000_000)}
 	var stop atomic.Bool
 	var calls atomic.Int64

@@ -55,9 +55,14 @@ func splitAddr(t testing.TB, a string) (string, int) {
 	return "", 0
 }
 
-// newStore returns a store over c that the test closes.
+// newStore returns a store over c that the test closes. Unless the test
+// sets one, calls get a long deadline: on a busy machine a call must not
+// time out and be decided locally where the test expects Redis.
 func newStore(t testing.TB, c *Client, opts Options) *Store {
 	t.Helper()
+	if opts.Timeout == 0 {
+		opts.Timeout = 10 * time.Second
+	}
 	s, err := New(c, opts)
 	if err != nil {
 		t.Fatalf("New: %v", err)
