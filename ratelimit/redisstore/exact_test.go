@@ -153,3 +153,53 @@ func TestExactnessCluster(t *testing.T) {
 	_, c := cluster(t)
 	exactness(t, c)
 }
+
+// TestPeriodicOvershootBounded: with sync_rate > 0 each node decides on
+// its own view between cycles, so the fleet can overshoot, by at most what
+// the other nodes admit in one interval (Kong's documented trade-off); once
+// a cycle has shared the totals, no node admits past the limit.
+func TestPeriodicOvershootBounded(t *testing.T) {
+	_, c := standalone(t)
+	const limit, perCycle = 1000, 150
+	stores := make([]*Store, nodes)
+	for i := range stores {
+		stores[i] = newStore(t, c, Options{Namespace: "overshoot", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond})
+	}
+	ctx := context.Background()
+	lim := []ratelimit.Limit{ratelimit.PerMinute(limit).Fixed()}
+	var total int64
+	for cycle := range 5 {
+		now := ratelimittest.At(time.Duration(cycle) * 100 * time.Millisecond)
+		var admitted int64
+		for _, s := range stores {
+			for range perCycle {
+				d := take(t, s, ratelimit.Request{Key: "k", Limits: lim, Now: now})
+				if d.Allowed {
+					admitted++
+				}
+			}
+		}
+		total += admitted
+		if total > limit+(nodes-1)*perCycle {
+			t.Fatalf("cycle %d: %d admitted in the window, more than limit + one interval of the other nodes (%d)", cycle, total, limit+(nodes-1)*perCycle)
+		}
+		for _, s := range stores {
+			if err := s.Sync(ctx, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, s := range stores { // all in step: a second pass pulls every node's push
+			if err := s.Sync(ctx, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if total >= limit {
+			for i, s := range stores {
+				if d := take(t, s, ratelimit.Request{Key: "k", Limits: lim, Now: now}); d.Allowed {
+					t.Fatalf("cycle %d: node %d admitted after the totals (%d) were shared", cycle, i, total)
+				}
+			}
+		}
+	}
+	t.Logf("admitted %d of limit %d (overshoot %d)", total, limit, total-limit)
+}
