@@ -1,20 +1,24 @@
 package gateway
 
 import (
+	"fmt"
 	"net"
 	"testing"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/seed-008287da/sluice/internal/testservers"
 )
 
 // BenchmarkProxy measures one proxied request over loopback (client,
 // gateway and a fasthttp upstream in this process), without plugins and
-// with rate-limiting-advanced in memory.
+// with rate-limiting-advanced in memory and on Redis with sync_rate 0.1.
 func BenchmarkProxy(b *testing.B) {
 	uln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
+	rs := testservers.Redis(b, testservers.RedisOptions{})
 	upstream := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") }}
 	go func() { _ = upstream.Serve(uln) }()
 	defer upstream.Shutdown()
@@ -31,6 +35,12 @@ services:
         plugins:
           - name: rate-limiting-advanced
             config: {limit: [1000000000], window_size: [60], identifier: ip, namespace: bench}
+      - name: redis
+        paths: [/redis]
+        plugins:
+          - name: rate-limiting-advanced
+            config: {limit: [1000000000], window_size: [60], identifier: ip, namespace: bench-redis,
+                     strategy: redis, sync_rate: 0.1, redis: {host: 127.0.0.1, port: ` + fmt.Sprint(rs.Port()) + `}}
 `
 	g, err := New(Options{})
 	if err != nil {
@@ -47,7 +57,7 @@ services:
 	defer func() { _ = g.server.Shutdown() }()
 	client := &fasthttp.HostClient{Addr: ln.Addr().String(), MaxConns: 256}
 
-	for _, path := range []string{"/plain", "/rla"} {
+	for _, path := range []string{"/plain", "/rla", "/redis"} {
 		b.Run(path[1:], func(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {

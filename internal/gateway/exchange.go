@@ -52,6 +52,7 @@ type Exchange struct {
 	logPath     string
 	storeErrs   []error
 	respHeaders [][2]string
+	hdrBuf      [8][2]string // backs respHeaders for the usual few headers
 	responded   bool
 	onEnd       []func()
 	plugins     []pluginOutcome

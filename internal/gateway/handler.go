@@ -42,6 +42,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	// The request context ends when the server shuts down (fasthttp has
 	// no per-request cancellation when a client goes away).
 	x := &Exchange{ctx: ctx, Context: ctx, Now: g.now()}
+	x.respHeaders = x.hdrBuf[:0]
 	x.RequestID = requestID(g.reqSeq.Add(1), start)
 	if g.opts.AccessLog {
 		// Kept before the request is rewritten for the upstream.
