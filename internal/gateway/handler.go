@@ -365,6 +365,7 @@ type upstreamKey struct {
 	tls, verify          bool
 	sni                  string
 	connect, read, write time.Duration
+	retries              int
 }
 
 func (g *Gateway) upstream(gen *generation, svc *kongconf.Service) *fasthttp.HostClient {
@@ -383,24 +384,25 @@ func (g *Gateway) upstream(gen *generation, svc *kongconf.Service) *fasthttp.Hos
 // timeouts; pools are shared by generations, so reloads keep connections.
 func (g *Gateway) upstreamFor(svc *kongconf.Service) *fasthttp.HostClient {
 	k := upstreamKey{addr: svc.Addr(), tls: svc.Protocol == "https", verify: svc.TLSVerify, sni: svc.Host,
-		connect: svc.ConnectTimeout, read: svc.ReadTimeout, write: svc.WriteTimeout}
+		connect: svc.ConnectTimeout, read: svc.ReadTimeout, write: svc.WriteTimeout, retries: svc.Retries}
 	if v, ok := g.upstreams.Load(k); ok {
 		return v.(*fasthttp.HostClient)
 	}
 	connect := k.connect
 	hc := &fasthttp.HostClient{
-		Addr:                     k.addr,
-		IsTLS:                    k.tls,
-		Name:                     "sluice",
-		NoDefaultUserAgentHeader: true,
-		DisablePathNormalizing:   true,
-		MaxConns:                 1 << 16,
-		MaxConnWaitTimeout:       connect,
-		MaxIdleConnDuration:      orDur(g.opts.UpstreamIdleTimeout, DefaultUpstreamIdleTimeout),
-		ReadTimeout:              k.read,
-		WriteTimeout:             k.write,
-		StreamResponseBody:       true,
-		RetryIfErr:               func(*fasthttp.Request, int, error) (bool, bool) { return false, false },
+		Addr:                      k.addr,
+		IsTLS:                     k.tls,
+		Name:                      "sluice",
+		NoDefaultUserAgentHeader:  true,
+		DisablePathNormalizing:    true,
+		MaxConns:                  1 << 16,
+		MaxConnWaitTimeout:        connect,
+		MaxIdleConnDuration:       orDur(g.opts.UpstreamIdleTimeout, DefaultUpstreamIdleTimeout),
+		ReadTimeout:               k.read,
+		WriteTimeout:              k.write,
+		StreamResponseBody:        true,
+		MaxIdemponentCallAttempts: k.retries + 1,
+		RetryIfErr:                retryIf(k.retries),
 		Dial: func(addr string) (net.Conn, error) {
 			return fasthttp.DialTimeout(addr, connect)
 		},
@@ -412,13 +414,37 @@ func (g *Gateway) upstreamFor(svc *kongconf.Service) *fasthttp.HostClient {
 	return v.(*fasthttp.HostClient)
 }
 
+// retryIf retries, up to the service's retries, an idempotent request
+// without a streamed body whose connection failed (a keep-alive connection
+// the upstream had closed, a refused connection), as nginx's
+// proxy_next_upstream error does. Timeouts are not retried.
+func retryIf(retries int) fasthttp.RetryIfErrFunc {
+	return func(req *fasthttp.Request, attempts int, err error) (bool, bool) {
+		if attempts > retries || req.IsBodyStream() || isTimeout(err) || errors.Is(err, fasthttp.ErrTimeout) {
+			return false, false
+		}
+		switch string(req.Header.Method()) {
+		case "GET", "HEAD", "OPTIONS", "PUT", "DELETE", "TRACE":
+			return false, true
+		}
+		return false, false
+	}
+}
+
 // proxy sends the request upstream and sets the response. It reports
 // whether the log phase was handed to the streamed response body (true) or
 // is left to the handler.
 func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) bool {
 	clientClose := ctx.Request.Header.ConnectionClose()
 	var limited *limitedBody
-	if ctx.Request.IsBodyStream() && ctx.Request.Header.ContentLength() < 0 {
+	if cl := ctx.Request.Header.ContentLength(); ctx.Request.IsBodyStream() && (cl == 0 || cl == -2) {
+		// No body (-2 is a request without Content-Length or chunked
+		// encoding, which has none in HTTP/1.1): drop the empty stream so that the request can be
+		// retried (fasthttp never retries a request with a body stream).
+		// The server keeps its own reference to the stream.
+		ctx.Request.ResetBody()
+	}
+	if ctx.Request.IsBodyStream() && ctx.Request.Header.ContentLength() == -1 {
 		// fasthttp bounds only bodies with a Content-Length when streaming;
 		// a chunked body is cut here. The server loop keeps its own
 		// reference to the original stream and drains it.

@@ -395,3 +395,38 @@ plugins:
 		<-time.After(10 * time.Millisecond) // poll interval, bounded by the deadline
 	}
 }
+
+// TestRetryOnClosedKeepAlive: the upstream closes every connection after
+// one response without saying so; reusing such a connection fails, and the
+// idempotent request is retried on a new one instead of answering 502.
+func TestRetryOnClosedKeepAlive(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err != nil {
+					return
+				}
+				_, _ = io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			}()
+		}
+	}()
+	_, base := startGateway(t, fmt.Sprintf(`
+_format_version: "3.0"
+services: [{name: s, url: "http://%s", routes: [{paths: [/]}]}]
+`, ln.Addr()), Options{})
+	for i := 0; i < 5; i++ {
+		if r := do(t, "GET", base+"/", nil); r.status != 200 || r.body != "ok" {
+			t.Fatalf("request %d: %d %s", i, r.status, r.body)
+		}
+	}
+}
