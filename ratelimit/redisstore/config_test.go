@@ -225,3 +225,19 @@ func TestSweeperUnderSynctest(t *testing.T) {
 		}
 	})
 }
+
+func TestManyLimitsInOneRequest(t *testing.T) {
+	_, c := standalone(t)
+	s := newStore(t, c, Options{Namespace: "many", CallerClock: true, ManualSync: true})
+	ls := make([]ratelimit.Limit, 1500) // more keys than one MGET takes
+	for i := range ls {
+		ls[i] = ratelimit.Every(2, time.Duration(i+1)*time.Second).Fixed()
+	}
+	r := ratelimit.Request{Key: "k", Limits: ls, Now: ratelimittest.At(0)}
+	for i := range 3 {
+		d := take(t, s, r)
+		if d.Len() != len(ls) || d.Allowed != (i < 2) {
+			t.Fatalf("call %d: allowed %v with %d states", i, d.Allowed, d.Len())
+		}
+	}
+}

@@ -9,9 +9,10 @@
 -- KEYS     the counters of every limit of every request, in order. A
 --          counter is a string "s c p": s the window start in Unix ms (a
 --          token bucket's TAT in Unix us), c the current window's count, p
---          the previous window's count (0 for a bucket). One GET and one
---          SET PX per counter: a hash would cost a third command for its
---          expiry. On Cluster the caller batches only keys of one slot.
+--          the previous window's count (0 for a bucket). The batch reads
+--          every counter with one MGET and writes each changed counter once,
+--          with SET PX (a hash would cost another command for its expiry).
+--          On Cluster the caller batches only keys of one slot.
 -- ARGV[1]  number of requests R.
 -- ARGV[2]  the least time to live of a written key, in ms: 0 with Redis'
 --          clock; with the caller's clock, real time and decision time part,
@@ -52,11 +53,44 @@ local function clock()
   return time_us
 end
 
+-- Counters of the batch: cache[key] is the value read by MGET (false when
+-- absent), replaced by { s, c, p, ttl } once a request changed it; dirty
+-- keys are written at the end.
+local cache = {}
+do
+  local uniq, seen = {}, {}
+  for _, key in ipairs(KEYS) do
+    if not seen[key] then
+      seen[key] = true
+      uniq[#uniq + 1] = key
+    end
+  end
+  local vals = {}
+  for from = 1, #uniq, 1000 do -- unpack is bounded by the Lua stack
+    local part = redis.call('MGET', unpack(uniq, from, math.min(from + 999, #uniq)))
+    for i = 1, #part do vals[from + i - 1] = part[i] end
+  end
+  for i, key in ipairs(uniq) do
+    -- MGET reads a value of another type as absent; SET would then
+    -- destroy it. A key that exists without a string value is reported
+    -- by its request instead.
+    if not vals[i] and redis.call('EXISTS', key) == 1 then
+      vals[i] = { err = 'WRONGTYPE counter ' .. key .. ' holds a ' .. redis.call('TYPE', key).ok .. ', not a string' }
+    end
+    cache[key] = vals[i]
+  end
+end
+local dirty, order = {}, {}
+
 -- load reads a counter: absent is 0 0 0, anything but three integers is
 -- an error naming the key, never a silent zero.
 local function load(key)
-  local v = redis.call('GET', key)
+  local v = cache[key]
   if not v then return 0, 0, 0 end
+  if type(v) == 'table' then
+    if v.err then error(v.err) end
+    return v[1], v[2], v[3]
+  end
   local s, c, p = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
   if not s then
     error('sluice: counter ' .. key .. ' is not "start count previous": ' .. v)
@@ -160,8 +194,11 @@ local function decide(k, j, n, now_us, cost, penalty)
       else
         ttl = x.s + 2 * x.w - now_ms
       end
-      redis.call('SET', x.key, string.format('%d %d %d', x.s, x.c, x.p),
-        'PX', string.format('%d', math.max(ttl, min_ttl, 1)))
+      if not dirty[x.key] then
+        dirty[x.key] = true
+        order[#order + 1] = x.key
+      end
+      cache[x.key] = { x.s, x.c, x.p, math.max(ttl, min_ttl, 1) }
     end
   end
   return out
@@ -185,5 +222,9 @@ for _ = 1, tonumber(ARGV[1]) do
   end
   k = k + n
   j = j + 4 + 4 * n
+end
+for _, key in ipairs(order) do
+  local v = cache[key]
+  redis.call('SET', key, string.format('%d %d %d', v[1], v[2], v[3]), 'PX', string.format('%d', v[4]))
 end
 return reply
