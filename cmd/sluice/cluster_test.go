@@ -132,9 +132,25 @@ services:
 			}
 		}()
 	}
+	// The broken document must be seen (and rejected) before the next
+	// one, which etcd would otherwise deliver in its place.
 	put("_format_version: \"3.0\"\nservices: [{name: s, colour: red}]")
-	put(doc("two"))
 	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, m := httpGetBodyMust(t, s.admin+"/metrics")
+		if strings.Contains(m, `sluice_config_reloads_total{result="rejected",source="etcd"} 1`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("rejected etcd document not counted:\n%s", grep(m, "sluice_config_reloads_total"))
+		}
+		pollPause()
+	}
+	if b := body(); !strings.Contains(b, `"one"`) {
+		t.Errorf("after a rejected document: %s, want the first one serving", b)
+	}
+	put(doc("two"))
+	deadline = time.Now().Add(20 * time.Second)
 	for !strings.Contains(body(), `"two"`) {
 		if time.Now().After(deadline) {
 			t.Fatalf("etcd change not applied: %s", body())
@@ -145,10 +161,6 @@ services:
 	wg.Wait()
 	if failed.Load() != 0 {
 		t.Errorf("%d of %d requests failed while etcd changed", failed.Load(), sent.Load())
-	}
-	_, metrics := httpGetBodyMust(t, s.admin+"/metrics")
-	if !strings.Contains(metrics, `sluice_config_reloads_total{result="rejected",source="etcd"} 1`) {
-		t.Errorf("rejected etcd document not counted:\n%s", grep(metrics, "sluice_config_reloads_total"))
 	}
 	s.stop(t)
 }
