@@ -62,7 +62,9 @@ func (s *Store) batcher() {
 				break fill
 			}
 		}
+		s.inflight.Add(1)
 		s.runBatch(batch)
+		s.inflight.Add(-1)
 		clear(batch)
 	}
 }

@@ -141,8 +141,9 @@ type Store struct {
 	br     breaker
 	logger *slog.Logger
 
-	cluster bool
-	queue   chan *takeCall
+	cluster  bool
+	queue    chan *takeCall
+	inflight atomic.Int64 // synchronous calls and batches out
 
 	closed atomic.Bool
 	stop   chan struct{}
@@ -465,7 +466,12 @@ func (s *Store) takeRedis(ctx context.Context, r *ratelimit.Request) (ratelimit.
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	if s.queue == nil {
+	// A lone caller (nothing in flight, nothing queued) sends its own call
+	// and saves the hand-off to a batcher; as soon as calls overlap they
+	// queue and are batched.
+	if s.queue == nil || s.inflight.Load() == 0 && len(s.queue) == 0 {
+		s.inflight.Add(1)
+		defer s.inflight.Add(-1)
 		res, trips := takeScript.exec(ctx, s.rc, keys, append([]string{"1", s.minTTL()}, args...))
 		s.redisCalls.Add(uint64(trips))
 		vals, err := res.ToArray()
