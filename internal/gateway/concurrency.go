@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -188,8 +190,9 @@ func newConcurrency(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 }
 
 // dialLeaseStore builds a Redis lease store of one namespace on its own
-// client. A Redis that is down is not an error here: the store decides
-// locally until it answers.
+// client. A config the client rejects is an error; a Redis that does not
+// answer is not: leases are then kept locally, and a goroutine owned by
+// the store dials again every second until Redis answers.
 func dialLeaseStore(ns string, r leaseRedisConf) (io.Closer, error) {
 	port := r.Port
 	if port == 0 {
@@ -199,11 +202,25 @@ func dialLeaseStore(ns string, r leaseRedisConf) (io.Closer, error) {
 	if timeout == 0 {
 		timeout = 2 * time.Second
 	}
-	c, err := redisstore.Dial(redisstore.Config{
+	cfg := redisstore.Config{
 		Host: r.Host, Port: port, Database: r.Database, Username: r.Username, Password: r.Password,
 		SSL: r.SSL, SSLVerify: r.SSLVerify, ServerName: r.ServerName,
 		ConnectTimeout: timeout, SendTimeout: timeout, ReadTimeout: timeout,
-	})
+	}
+	s, err := openLeaseStore(ns, cfg)
+	switch {
+	case err == nil:
+		return s, nil
+	case errors.Is(err, redisstore.ErrConfig):
+		return nil, err
+	}
+	d := &redialingLeaseStore{local: memorystore.New(memorystore.Options{}), stop: make(chan struct{}), done: make(chan struct{})}
+	go d.loop(ns, cfg)
+	return d, nil
+}
+
+func openLeaseStore(ns string, cfg redisstore.Config) (*ownedLeaseStore, error) {
+	c, err := redisstore.Dial(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connecting to redis: %w", err)
 	}
@@ -214,6 +231,74 @@ func dialLeaseStore(ns string, r leaseRedisConf) (io.Closer, error) {
 	}
 	return &ownedLeaseStore{Store: s, client: c}, nil
 }
+
+// redialingLeaseStore keeps leases locally until Redis answers, then in
+// Redis for good.
+type redialingLeaseStore struct {
+	local *memorystore.Store
+	redis atomic.Pointer[ownedLeaseStore]
+	stop  chan struct{}
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (d *redialingLeaseStore) loop(ns string, cfg redisstore.Config) {
+	defer close(d.done)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-t.C:
+		}
+		if s, err := openLeaseStore(ns, cfg); err == nil {
+			d.redis.Store(s)
+			return
+		}
+	}
+}
+
+func (d *redialingLeaseStore) current() ratelimit.Store {
+	if s := d.redis.Load(); s != nil {
+		return s
+	}
+	return d.local
+}
+
+func (d *redialingLeaseStore) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
+	return d.current().Take(ctx, r)
+}
+
+func (d *redialingLeaseStore) Acquire(ctx context.Context, r ratelimit.LeaseRequest) (ratelimit.Lease, error) {
+	return d.current().Acquire(ctx, r)
+}
+
+// Release releases in both stores: a lease taken before Redis answered
+// lives in the local one.
+func (d *redialingLeaseStore) Release(ctx context.Context, key, id string) error {
+	err := d.local.Release(ctx, key, id)
+	if s := d.redis.Load(); s != nil {
+		err = errors.Join(err, s.Release(ctx, key, id))
+	}
+	return err
+}
+
+// Close stops the dialling goroutine and closes both stores.
+func (d *redialingLeaseStore) Close() error {
+	var err error
+	d.once.Do(func() {
+		close(d.stop)
+		<-d.done
+		err = d.local.Close()
+		if s := d.redis.Load(); s != nil {
+			err = errors.Join(err, s.Close())
+		}
+	})
+	return err
+}
+
+var _ ratelimit.Store = (*redialingLeaseStore)(nil)
 
 func (p *concurrency) key(x *Exchange) string {
 	v := ""

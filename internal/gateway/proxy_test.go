@@ -430,3 +430,25 @@ services: [{name: s, url: "http://%s", routes: [{paths: [/]}]}]
 		}
 	}
 }
+
+// TestConcurrencyRedisDown: a Redis that does not answer does not reject
+// the configuration; leases are kept locally meanwhile.
+func TestConcurrencyRedisDown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close() // nothing answers there
+	up := echoUpstream(t)
+	_, base := startGateway(t, withUpstream(fmt.Sprintf(`
+_format_version: "3.0"
+services: [{name: s, url: UPSTREAM, routes: [{paths: [/]}]}]
+plugins:
+  - name: sluice-concurrency
+    config: {limit: 2, namespace: down, strategy: redis, redis: {host: 127.0.0.1, port: %d, timeout: 100}}
+`, port), up), Options{})
+	if r := do(t, "GET", base+"/", nil); r.status != 200 || r.header.Get("X-Concurrency-Limit") != "2" {
+		t.Fatalf("%d %v", r.status, r.header)
+	}
+}
