@@ -72,6 +72,14 @@ func (s *Store) batcher() {
 // runBatch sends one script call per slot of batch, all in one pipeline,
 // and hands every request its share of the reply.
 func (s *Store) runBatch(batch []*takeCall) {
+	if State(s.br.state.Load()) == StateFallback {
+		// Redis failed while these waited: they go local at once
+		// instead of each waiting for a dead server.
+		for _, c := range batch {
+			c.done <- takeResult{err: ErrUnavailable}
+		}
+		return
+	}
 	if s.cluster && len(batch) > 1 {
 		sort.SliceStable(batch, func(i, j int) bool { return batch[i].slot < batch[j].slot })
 	}

@@ -361,6 +361,9 @@ func (s *Store) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Decisi
 	}
 	if isUnavailable(err) {
 		if s.opts.Strict {
+			if errors.Is(err, ErrUnavailable) {
+				return ratelimit.Decision{}, err
+			}
 			return ratelimit.Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		s.localDecisions.Add(1)
@@ -464,14 +467,14 @@ func (s *Store) takeRedis(ctx context.Context, r *ratelimit.Request) (ratelimit.
 		}
 		args = append(args, itoa(kind), itoa(l.Count), itoa(a), itoa(b))
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
 	// A lone caller (nothing in flight, nothing queued) sends its own call
 	// and saves the hand-off to a batcher; as soon as calls overlap they
 	// queue and are batched.
 	if s.queue == nil || s.inflight.Load() == 0 && len(s.queue) == 0 {
 		s.inflight.Add(1)
 		defer s.inflight.Add(-1)
+		ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		defer cancel()
 		res, trips := takeScript.exec(ctx, s.rc, keys, append([]string{"1", s.minTTL()}, args...))
 		s.redisCalls.Add(uint64(trips))
 		vals, err := res.ToArray()
@@ -504,8 +507,7 @@ func (s *Store) takeRedis(ctx context.Context, r *ratelimit.Request) (ratelimit.
 		}
 		return s.decodeTake(r, res.vals)
 	case <-ctx.Done():
-		// The batch is still out; the breaker hears of the timeout now,
-		// so the callers behind this one do not wait for it too.
+		// The caller's own deadline; the batch is bounded by Timeout.
 		err := fmt.Errorf("redisstore: waiting for a decision: %w", ctx.Err())
 		s.record(r.Now, err)
 		return ratelimit.Decision{}, err // c stays out of the pool: a batcher may still answer it
