@@ -208,7 +208,8 @@ func (s *Store) decodeTake(r *ratelimit.Request, vals []rueidis.RedisMessage) (r
 	if len(vals) != 2+3*n {
 		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua returned %d values, want %d", ErrBadReply, len(vals), 2+3*n)
 	}
-	if msg, err := vals[0].ToString(); err == nil {
+	if vals[0].IsString() {
+		msg, _ := vals[0].ToString()
 		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua: %s", ErrBadReply, msg)
 	}
 	ints, err := int64s(vals)
