@@ -116,8 +116,8 @@ type Options struct {
 	Cooldown time.Duration
 
 	// Strict returns an error wrapping ErrUnavailable instead of deciding
-	// locally when Redis is unavailable (Take and Acquire in synchronous
-	// mode), for callers that choose their own failure mode, and for tests
+	// locally when Redis is unavailable (Take in synchronous mode, Acquire
+	// unless LocalOnly), for callers that choose their own failure mode, and for tests
 	// that must tell a slow Redis from a miscount. The default is Kong's:
 	// fall back to local counters, never fail the caller.
 	Strict bool
