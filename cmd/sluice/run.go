@@ -249,7 +249,12 @@ func serve(ctx context.Context, f *serveFlags, log *slog.Logger, stdout io.Write
 	if err != nil {
 		return err
 	}
+	metrics, err := gateway.NewMetrics(nil)
+	if err != nil {
+		return err
+	}
 	opts := gateway.Options{
+		Metrics:              metrics,
 		ClientIP:             resolver,
 		Logger:               log,
 		AccessLog:            f.accessLog,

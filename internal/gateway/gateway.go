@@ -220,7 +220,7 @@ func New(opts Options) (*Gateway, error) {
 		g.metrics = m
 	}
 	if g.opts.Shared == nil {
-		g.opts.Shared = NewShared(policy.RegistryOptions{})
+		g.opts.Shared = NewShared(policy.RegistryOptions{Logger: g.metrics.StoreStateLogger(g.log)})
 	}
 	if g.opts.ClientIP == nil {
 		g.opts.ClientIP = &clientip.Resolver{}

@@ -1,7 +1,10 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -21,6 +24,8 @@ type Metrics struct {
 	generation     prometheus.Gauge
 	lastReload     prometheus.Gauge
 	storeErrors    *prometheus.CounterVec
+	redisFallback  *prometheus.GaugeVec
+	redisChanges   *prometheus.CounterVec
 }
 
 // NewMetrics creates the collectors and registers them, with the Go
@@ -69,8 +74,16 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 			Name: "sluice_store_errors_total",
 			Help: "Counter store (Redis) errors seen by plugins, by plugin.",
 		}, []string{"plugin"}),
+		redisFallback: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_redis_fallback",
+			Help: "1 while a namespace's Redis is unavailable and it counts locally, 0 once Redis answers.",
+		}, []string{"namespace"}),
+		redisChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_redis_state_changes_total",
+			Help: "Redis state changes of the counter stores by namespace and new state (fallback, connected).",
+		}, []string{"namespace", "state"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.decisionTime, m.upstreamErrors,
+	for _, c := range []prometheus.Collector{m.redisFallback, m.redisChanges, m.requests, m.decisions, m.decisionTime, m.upstreamErrors,
 		m.inflight, m.reloads, m.generation, m.lastReload, m.storeErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := reg.Register(c); err != nil {
@@ -78,6 +91,69 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// StoreStateLogger returns a logger for policy.RegistryOptions.Logger: it
+// passes every record on to l and turns the stores' Redis state changes
+// (fallback to local counters, Redis answering again) into the
+// sluice_redis_fallback gauge and sluice_redis_state_changes_total.
+func (m *Metrics) StoreStateLogger(l *slog.Logger) *slog.Logger {
+	return slog.New(&stateHandler{next: l.Handler(), m: m})
+}
+
+// stateHandler watches the records of the policy registry and its Redis
+// stores, the one place they report state changes.
+type stateHandler struct {
+	next  slog.Handler
+	m     *Metrics
+	attrs []slog.Attr
+}
+
+func (h *stateHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *stateHandler) Handle(ctx context.Context, r slog.Record) error {
+	state := ""
+	switch {
+	case strings.HasPrefix(r.Message, "redisstore: redis unavailable"),
+		strings.HasPrefix(r.Message, "policy: redis unreachable"):
+		state = "fallback"
+	case strings.HasPrefix(r.Message, "redisstore: redis available again"),
+		strings.HasPrefix(r.Message, "policy: redis answers"):
+		state = "connected"
+	}
+	if state != "" {
+		ns := ""
+		for _, a := range h.attrs {
+			if a.Key == "namespace" {
+				ns = a.Value.String()
+			}
+		}
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "namespace" {
+				ns = a.Value.String()
+				return false
+			}
+			return true
+		})
+		v := 0.0
+		if state == "fallback" {
+			v = 1
+		}
+		h.m.redisFallback.WithLabelValues(ns).Set(v)
+		h.m.redisChanges.WithLabelValues(ns, state).Inc()
+	}
+	if !h.next.Enabled(ctx, r.Level) {
+		return nil
+	}
+	return h.next.Handle(ctx, r)
+}
+
+func (h *stateHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &stateHandler{next: h.next.WithAttrs(as), m: h.m, attrs: append(append([]slog.Attr(nil), h.attrs...), as...)}
+}
+
+func (h *stateHandler) WithGroup(name string) slog.Handler {
+	return &stateHandler{next: h.next.WithGroup(name), m: h.m, attrs: h.attrs}
 }
 
 // Register adds further collectors (the policy registry's store state, for

@@ -3,16 +3,20 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/seed-008287da/sluice/internal/testservers"
 )
 
 type syncBuffer struct {
@@ -117,3 +121,46 @@ func TestObservability(t *testing.T) {
 func counterValue(c prometheus.Counter) float64 { return testutil.ToFloat64(c) }
 
 func netListen() (net.Listener, error) { return net.Listen("tcp", "127.0.0.1:0") }
+
+// TestRedisFallbackMetric stops the Redis of a namespace: requests are
+// still decided (locally) and sluice_redis_fallback turns 1; once Redis is
+// back it returns to 0.
+func TestRedisFallbackMetric(t *testing.T) {
+	rs := testservers.Redis(t, testservers.RedisOptions{})
+	up := echoUpstream(t)
+	g, base := startGateway(t, withUpstream(fmt.Sprintf(`
+_format_version: "3.0"
+services:
+  - name: s
+    url: UPSTREAM
+    routes: [{name: r, paths: [/]}]
+    plugins:
+      - name: rate-limiting-advanced
+        config: {limit: [1000], window_size: [60], identifier: ip, namespace: fb, strategy: redis, sync_rate: 0,
+                 redis: {host: 127.0.0.1, port: %d, timeout: 100}}
+`, rs.Port()), up), Options{})
+	gauge := func() float64 { return testutil.ToFloat64(g.metrics.redisFallback.WithLabelValues("fb")) }
+	waitFor := func(want float64) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			if r := do(t, "GET", base+"/", nil); r.status != 200 {
+				t.Fatalf("request while Redis changes: %d %s", r.status, r.body)
+			}
+			if gauge() == want {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("sluice_redis_fallback %v, want %v", gauge(), want)
+			}
+			<-time.After(20 * time.Millisecond) // poll interval, bounded by the deadline
+		}
+	}
+	if r := do(t, "GET", base+"/", nil); r.status != 200 || r.header.Get("X-RateLimit-Remaining-Minute") != "999" {
+		t.Fatalf("with Redis: %d %v", r.status, r.header)
+	}
+	rs.Stop()
+	waitFor(1)
+	rs.Restart(t)
+	waitFor(0)
+}
