@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -450,5 +451,33 @@ plugins:
 `, port), up), Options{})
 	if r := do(t, "GET", base+"/", nil); r.status != 200 || r.header.Get("X-Concurrency-Limit") != "2" {
 		t.Fatalf("%d %v", r.status, r.header)
+	}
+}
+
+// TestSlowClientCut: a client that never finishes its request headers is
+// disconnected after the read timeout instead of holding a connection.
+func TestSlowClientCut(t *testing.T) {
+	up := echoUpstream(t)
+	_, base := startGateway(t, withUpstream(`
+_format_version: "3.0"
+services: [{name: s, url: UPSTREAM, routes: [{paths: [/]}]}]
+`, up), Options{ReadTimeout: 200 * time.Millisecond})
+	c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n"); err != nil { // headers never end
+		t.Fatal(err)
+	}
+	// Bounded wait for the server to act; the test does not time it.
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	b, err := io.ReadAll(c)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("the slow client was not cut off (read %q)", b)
+	}
+	if len(b) > 0 && !strings.Contains(string(b), " 408 ") {
+		t.Errorf("got %q, want the connection closed or a 408", b)
 	}
 }
