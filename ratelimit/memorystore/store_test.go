@@ -3,6 +3,8 @@ package memorystore
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -197,5 +199,56 @@ func TestOptionsDefaults(t *testing.T) {
 	defer s2.Close()
 	if len(s2.shards) != 16 || s2.perShard != 1 {
 		t.Errorf("MaxKeys 10, Shards 100: %d shards of %d, want 16 of 1", len(s2.shards), s2.perShard)
+	}
+}
+
+// The sweeper locks one shard at a time: while it waits for a busy shard,
+// the shards it has swept are free for decisions. (Were it to hold them,
+// this test would hang and fail on the test timeout.)
+func TestSweeperNeverStopsTheWorld(t *testing.T) {
+	const shards = 4
+	s := New(Options{Shards: shards, SweepInterval: -1})
+	defer s.Close()
+	// One dead counter in every shard: a per-second counter from t0,
+	// swept at t0+1m.
+	keyIn := make([]string, shards)
+	for i, filled := 0, 0; filled < shards; i++ {
+		k := "k" + strconv.Itoa(i)
+		h1, _ := s.keyHash(k)
+		if n := h1 & s.mask; keyIn[n] == "" {
+			keyIn[n] = k
+			take(t, s, k, ratelimit.PerSecond(1), 0)
+			filled++
+		}
+	}
+	entries := func(i int) int {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		defer sh.mu.Unlock()
+		return len(sh.index)
+	}
+
+	last := &s.shards[shards-1]
+	last.mu.Lock() // a decision in progress on the last shard
+	swept := make(chan struct{})
+	go func() {
+		s.sweep(ratelimittest.At(time.Minute).UnixNano())
+		close(swept)
+	}()
+	for i := 0; i < shards-1; {
+		if entries(i) == 0 {
+			i++
+		} else {
+			runtime.Gosched()
+		}
+	}
+	// The sweeper is past shards 0..2 and waits for the last one.
+	if d := take(t, s, keyIn[0], ratelimit.PerSecond(1), time.Minute); !d.Allowed {
+		t.Error("decision on a swept shard denied")
+	}
+	last.mu.Unlock()
+	<-swept
+	if n := entries(shards - 1); n != 0 {
+		t.Errorf("last shard holds %d entries after the sweep, want 0", n)
 	}
 }
