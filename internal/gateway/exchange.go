@@ -46,16 +46,19 @@ type Exchange struct {
 	// RequestID is the id sent in X-Kong-Request-Id and in error bodies.
 	RequestID string
 
-	gen         *generation
-	logMethod   string
-	logHost     string
-	logPath     string
-	storeErrs   []error
-	respHeaders [][2]string
-	hdrBuf      [8][2]string // backs respHeaders for the usual few headers
-	responded   bool
-	onEnd       []func()
-	plugins     []pluginOutcome
+	gen             *generation
+	proxied         bool
+	upstreamLatency time.Duration
+	proxyLatency    time.Duration
+	logMethod       string
+	logHost         string
+	logPath         string
+	storeErrs       []error
+	respHeaders     [][2]string
+	hdrBuf          [8][2]string // backs respHeaders for the usual few headers
+	responded       bool
+	onEnd           []func()
+	plugins         []pluginOutcome
 }
 
 type pluginOutcome struct {

@@ -117,7 +117,16 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	for _, h := range x.respHeaders {
 		ctx.Response.Header.Add(h[0], h[1])
 	}
-	ctx.Response.Header.Set("X-Kong-Request-Id", x.RequestID)
+	// Kong's latency_tokens: time spent in sluice before proxying and
+	// waiting for the upstream's headers, or answering itself.
+	h := &ctx.Response.Header
+	if x.proxied {
+		h.Set("X-Kong-Upstream-Latency", strconv.FormatInt(x.upstreamLatency.Milliseconds(), 10))
+		h.Set("X-Kong-Proxy-Latency", strconv.FormatInt(x.proxyLatency.Milliseconds(), 10))
+	} else if !ended {
+		h.Set("X-Kong-Response-Latency", strconv.FormatInt(time.Since(start).Milliseconds(), 10))
+	}
+	h.Set("X-Kong-Request-Id", x.RequestID)
 }
 
 func (g *Gateway) access(x *Exchange, in *instance) error {
@@ -454,7 +463,11 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) 
 	g.prepareUpstream(ctx, x, false)
 	hc := g.upstream(x.gen, x.Service)
 	uresp := fasthttp.AcquireResponse()
+	sent := time.Now()
 	err := hc.Do(&ctx.Request, uresp)
+	x.upstreamLatency = time.Since(sent)
+	x.proxyLatency = sent.Sub(start)
+	x.proxied = err == nil
 	if clientClose {
 		defer ctx.SetConnectionClose()
 	}

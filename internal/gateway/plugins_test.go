@@ -46,6 +46,9 @@ func TestKeyAuth(t *testing.T) {
 	if ct := r.header.Get("Content-Type"); ct != "application/json; charset=utf-8" {
 		t.Errorf("content type %q", ct)
 	}
+	if r.header.Get("X-Kong-Response-Latency") == "" || r.header.Get("X-Kong-Request-Id") == "" {
+		t.Errorf("Kong headers of a plugin's answer: %v", r.header)
+	}
 	r = do(t, "GET", base+"/locked", map[string]string{"apikey": "nope"})
 	if r.status != 401 || !strings.HasPrefix(r.body, `{"message":"Unauthorized"`) {
 		t.Errorf("bad key: %d %s", r.status, r.body)
@@ -55,6 +58,9 @@ func TestKeyAuth(t *testing.T) {
 		t.Fatalf("header key: %d %s", r.status, r.body)
 	}
 	e := r.echoed(t)
+	if r.header.Get("X-Kong-Upstream-Latency") == "" || r.header.Get("X-Kong-Proxy-Latency") == "" {
+		t.Errorf("Kong latency headers of a proxied answer: %v", r.header)
+	}
 	if _, ok := e.Headers["apikey"]; ok {
 		t.Error("hide_credentials: the key header was forwarded")
 	}
