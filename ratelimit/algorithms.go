@@ -103,6 +103,13 @@ func Apply(r *Request, cs []Counter) (d Decision) {
 	nowMs := floorDiv(nowNs, int64(time.Millisecond))
 	nowUs := floorDiv(nowNs, int64(time.Microsecond))
 
+	// Window counts before this call (after rolling to now), to undo an
+	// addition exactly even when it saturated.
+	var before [inlineStates]int64
+	beforeAt := before[:]
+	if len(r.Limits) > inlineStates {
+		beforeAt = make([]int64, len(r.Limits))
+	}
 	for i := range r.Limits {
 		l := &r.Limits[i]
 		c := &cs[i]
@@ -112,6 +119,7 @@ func Apply(r *Request, cs []Counter) (d Decision) {
 			d.RetryAfter = max(d.RetryAfter, wait)
 		} else {
 			roll(c, l, nowMs)
+			beforeAt[i] = c.Cur
 			takeWindow(l, c, nowMs, nowNs, cost, d.Denied < 0, s)
 		}
 		if s.Exceeded && d.Denied < 0 {
@@ -130,7 +138,11 @@ func Apply(r *Request, cs []Counter) (d Decision) {
 		l := &r.Limits[i]
 		st := d.statePtr(i)
 		if st.Counted && (l.Algorithm == TokenBucket || !r.Penalty) {
-			undo(l, &cs[i], cost)
+			if l.Algorithm == TokenBucket {
+				cs[i].Start -= satMul(cost, emission(l))
+			} else {
+				cs[i].Cur = beforeAt[i]
+			}
 			st.Counted = false
 		}
 		if l.Algorithm != TokenBucket {
@@ -172,7 +184,11 @@ func takeWindow(l *Limit, c *Counter, nowMs, nowNs, cost int64, add bool, s *Lim
 	*s = LimitState{Limit: *l}
 	cur := c.Cur
 	if add {
-		cur += cost
+		if cur > math.MaxInt64-cost { // saturate: a count past MaxInt64 is over any limit
+			cur = math.MaxInt64
+		} else {
+			cur += cost
+		}
 		c.Cur = cur
 		s.Counted = true
 	}
@@ -216,7 +232,7 @@ func windowWait(l *Limit, start, cur, prev, nowMs, nowNs, cost int64) time.Durat
 		return d
 	}
 	if l.Algorithm == FixedWindow {
-		if cur+cost <= l.Count {
+		if cur <= l.Count-cost {
 			return 0
 		}
 		return at(start + w)
@@ -226,7 +242,7 @@ func windowWait(l *Limit, start, cur, prev, nowMs, nowNs, cost int64) time.Durat
 	if e < 0 {
 		e = 0
 	}
-	if free := l.Count - cur - cost; free >= 0 {
+	if free := (l.Count - cost) - cur; free >= 0 { // cost <= Count: no overflow
 		if prev == 0 {
 			return 0
 		}
@@ -304,15 +320,6 @@ func satMul(a, b int64) int64 {
 		return maxDepth
 	}
 	return int64(p.lo)
-}
-
-// undo takes back a tentative addition of cost.
-func undo(l *Limit, c *Counter, cost int64) {
-	if l.Algorithm == TokenBucket {
-		c.Start -= satMul(cost, emission(l))
-		return
-	}
-	c.Cur -= cost
 }
 
 func floorDiv(a, b int64) int64 {

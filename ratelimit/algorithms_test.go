@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -155,6 +156,9 @@ func FuzzApply(f *testing.F) {
 	f.Add([]byte{1, 1, 3, 2, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, false)
 	f.Add([]byte{3, 0, 9, 1, 2, 1, 5, 3, 2, 7, 0, 4, 4, 1, 1, 0, 0, 8, 8}, true)
 	f.Add([]byte{2, 2, 4, 0, 7, 1, 0, 1, 200, 0, 0, 3, 3, 9, 9}, false)
+	// A fixed 5/s limit; one call, then one of cost MaxInt64 counted with
+	// Penalty, then more calls in the same second.
+	f.Add([]byte{0, 1, 4, 0, 0, 1, 0, 7, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1}, true)
 	windows := []time.Duration{time.Second, 2 * time.Second, time.Minute, 1500 * time.Millisecond, 7 * time.Millisecond}
 	steps := []time.Duration{0, 1, 7, 100, 999, 1000, 1001, 30_000, 60_000, 61_000}
 	f.Fuzz(func(t *testing.T, data []byte, penalty bool) {
@@ -179,7 +183,10 @@ func FuzzApply(f *testing.F) {
 		now := time.Duration(0)
 		for step := 0; len(b) > 0 && step < 64; step++ {
 			now += steps[b.next()%len(steps)] * time.Millisecond
-			cost := int64(b.next() % 7) // 0 means 1; 6 may exceed a capacity
+			cost := int64(b.next() % 8) // 0 means 1; 6 may exceed a capacity
+			if cost == 7 {
+				cost = math.MaxInt64 // must not overflow a counter
+			}
 			r := Request{Key: "k", Limits: limits, Cost: cost, Now: at(now), Penalty: penalty}
 			if cost == 0 {
 				cost = 1

@@ -238,6 +238,18 @@ func Timelines() []Timeline {
 			},
 		},
 		{
+			// A huge cost (2^40, still exact in a Lua double) is denied and,
+			// with Penalty, blocks the rest of the window: it must never wrap
+			// a counter around.
+			Name: "Cost/Huge", Limits: []ratelimit.Limit{ratelimit.PerSecond(5).Fixed(), ratelimit.PerMinute(100)}, Penalty: true,
+			Steps: []Step{
+				{At: 0, Allowed: true, Remaining: []int64{4, 99}},
+				{At: 0, Cost: 1 << 40, Allowed: false, RetryAfter: ratelimit.InfDuration},
+				{At: 500 * ms, Allowed: false, Denied: 0, RetryAfter: 500 * ms},
+				{At: sec, Allowed: true, Remaining: []int64{4, 98}},
+			},
+		},
+		{
 			// Several limits are decided together: when one denies, none is
 			// consumed. The third call at 1 s is denied by the minute limit
 			// again, not by the second limit, because the denied second call
