@@ -22,7 +22,6 @@ import (
 
 	"github.com/seed-008287da/sluice/internal/gateway/clientip"
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
-	"github.com/seed-008287da/sluice/internal/gateway/router"
 )
 
 const jsonType = "application/json; charset=utf-8"
@@ -320,11 +319,8 @@ func (g *Gateway) prepareUpstream(ctx *fasthttp.RequestCtx, x *Exchange, keepUpg
 		port = strconv.Itoa(la.Port)
 	}
 	prefix := ""
-	if x.Route.StripPath {
-		p := string(ctx.Path())
-		if n := len(p) - len(x.Match.Path); n > 0 && strings.HasSuffix(p, x.Match.Path) {
-			prefix = p[:n]
-		}
+	if x.Route.StripPath && x.Match.Prefix != "/" {
+		prefix = x.Match.Prefix
 	}
 	fwdFor := peer.String()
 	if prev := h.Peek("X-Forwarded-For"); len(prev) > 0 {
@@ -348,7 +344,7 @@ func (g *Gateway) prepareUpstream(ctx *fasthttp.RequestCtx, x *Exchange, keepUpg
 	}
 
 	uri := req.URI()
-	uri.SetPath(router.UpstreamPath(svc.Path, x.Match.Path))
+	uri.SetPath(x.Match.UpstreamPath(svc.Path))
 	uri.SetScheme(svc.Protocol)
 	host := origHost
 	if !x.Route.PreserveHost {

@@ -37,14 +37,24 @@ type hostPattern struct {
 	port                  string // "" matches any port
 }
 
-// A Match is the route a request matched and the path to send upstream.
+// A Match is the route a request matched.
 type Match struct {
 	Route *kongconf.Route
-	// Path is the request path after strip_path, before the service path
-	// is prepended.
+	// Path is the request path.
 	Path string
+	// Prefix is the part of Path the route's path matched: the prefix, or
+	// the regex match. Empty for a route without paths.
+	Prefix string
 	// Captures are the named groups of a regex path match.
 	Captures map[string]string
+}
+
+// UpstreamPath returns the path to send to the service (Kong's
+// path_handling v0): the service path joined with the request path, or
+// with what follows the matched prefix when the route strips it.
+func (m *Match) UpstreamPath(servicePath string) string {
+	strip := m.Route != nil && m.Route.StripPath
+	return UpstreamPath(servicePath, m.Path, m.Prefix, strip)
 }
 
 // New compiles routes. Route paths are validated by kongconf, so a regex
@@ -169,7 +179,7 @@ func (r *Router) Match(method, host, path string) (Match, bool) {
 			if loc == nil {
 				continue
 			}
-			m := Match{Route: e.route, Path: path}
+			m := Match{Route: e.route, Path: path, Prefix: path[:loc[1]]}
 			names := e.re.SubexpNames()
 			for k := 1; k < len(names); k++ {
 				if names[k] != "" && loc[2*k] >= 0 {
@@ -179,52 +189,81 @@ func (r *Router) Match(method, host, path string) (Match, bool) {
 					m.Captures[names[k]] = path[loc[2*k]:loc[2*k+1]]
 				}
 			}
-			if e.route.StripPath {
-				m.Path = strip(path, loc[1])
-			}
 			return m, true
 		}
 		if !strings.HasPrefix(path, e.prefix) {
 			continue
 		}
-		m := Match{Route: e.route, Path: path}
-		if e.route.StripPath {
-			m.Path = strip(path, len(e.prefix))
-		}
-		return m, true
+		return Match{Route: e.route, Path: path, Prefix: e.prefix}, true
 	}
 	return Match{}, false
 }
 
-// strip removes path[:n]; a result that does not start with "/" gets one,
-// so that "/api" stripped from "/api/x" and from "/apix" gives "/x" and "/x"
-// (Kong's path_handling v0 joins the same way).
-func strip(path string, n int) string {
-	rest := path[n:]
-	if rest == "" || rest[0] != '/' {
-		rest = "/" + rest
+// UpstreamPath joins a service path (empty means "/") and a request path
+// the way Kong's path_handling v0 does. With strip, the part of reqPath
+// after prefix (with a leading "./" or "../" dropped) is appended to the
+// service path with exactly one slash between them, a trailing slash of
+// the request kept; without strip, the whole request path is appended.
+func UpstreamPath(servicePath, reqPath, prefix string, strip bool) string {
+	base := servicePath
+	if base == "" {
+		base = "/"
 	}
-	return rest
+	if reqPath == "" {
+		reqPath = "/"
+	}
+	endsSlash := strings.HasSuffix(base, "/")
+	if !strip {
+		switch {
+		case endsSlash:
+			return base + reqPath[1:]
+		case reqPath == "/":
+			return base
+		}
+		return base + reqPath
+	}
+	post := ""
+	if len(prefix) < len(reqPath) && strings.HasPrefix(reqPath, prefix) {
+		post = sanitizePostfix(reqPath[len(prefix):])
+	}
+	reqSlash := strings.HasSuffix(reqPath, "/")
+	if endsSlash {
+		switch {
+		case post == "" && base == "/":
+			return "/"
+		case post == "" && reqSlash:
+			return base
+		case post == "":
+			return base[:len(base)-1]
+		case post[0] == '/':
+			return base[:len(base)-1] + post
+		}
+		return base + post
+	}
+	switch {
+	case post == "" && len(reqPath) > 1 && reqSlash:
+		return base + "/"
+	case post == "":
+		return base
+	case post[0] == '/':
+		return base + post
+	}
+	return base + "/" + post
 }
 
-// UpstreamPath joins a service path and the (stripped) request path with
-// exactly one slash between them. An empty service path leaves the request
-// path as it is; a request path of "/" after stripping gives the service
-// path itself.
-func UpstreamPath(servicePath, reqPath string) string {
-	if servicePath == "" || servicePath == "/" {
-		if reqPath == "" {
-			return "/"
-		}
-		return reqPath
+// sanitizePostfix drops a leading "./" or "../" (and a bare "." or "..")
+// from what follows the matched prefix, so a request cannot climb out of
+// the service path.
+func sanitizePostfix(p string) string {
+	switch {
+	case p == "." || p == "..":
+		return ""
+	case strings.HasPrefix(p, "./"):
+		return p[2:]
+	case strings.HasPrefix(p, "../"):
+		return p[3:]
 	}
-	if reqPath == "/" || reqPath == "" {
-		return servicePath
-	}
-	if strings.HasSuffix(servicePath, "/") {
-		return servicePath + reqPath[1:]
-	}
-	return servicePath + reqPath
+	return p
 }
 
 func splitHost(host string) (name, port string) {

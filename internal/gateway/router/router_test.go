@@ -11,7 +11,7 @@ func TestMatchOrder(t *testing.T) {
 _format_version: "3.0"
 services:
   - name: s
-    url: http://u.test
+    url: http://u.test/s
     routes:
       - {name: root, paths: [/]}
       - {name: api, paths: [/api]}
@@ -29,20 +29,20 @@ services:
 		method, host, path string
 		want, upstream     string
 	}{
-		{"GET", "x", "/other", "root", "/other"},
-		{"GET", "x", "/api/v1", "api", "/v1"},
-		{"GET", "x", "/api/v2/x", "api-v2", "/x"},
-		{"GET", "x", "/api/v3/items", "re-low", "/"},
-		{"GET", "x", "/api/v2/items/7/more", "re-high", "/more"},
-		{"GET", "a.example.com:8000", "/api/z", "host", "/z"},
-		{"GET", "example.com", "/api/z", "api", "/z"},
-		{"GET", "get.test", "/any", "get-only", "/any"},
-		{"POST", "get.test", "/any", "root", "/any"},
+		{"GET", "x", "/other", "root", "/s/other"},
+		{"GET", "x", "/api/v1", "api", "/s/v1"},
+		{"GET", "x", "/api/v2/x", "api-v2", "/s/x"},
+		{"GET", "x", "/api/v3/items", "re-low", "/s"},
+		{"GET", "x", "/api/v2/items/7/more", "re-high", "/s/more"},
+		{"GET", "a.example.com:8000", "/api/z", "host", "/s/z"},
+		{"GET", "example.com", "/api/z", "api", "/s/z"},
+		{"GET", "get.test", "/any", "get-only", "/s/any"},
+		{"POST", "get.test", "/any", "root", "/s/any"},
 	}
 	for _, c := range cases {
 		m, ok := r.Match(c.method, c.host, c.path)
-		if !ok || m.Route.Name != c.want || m.Path != c.upstream {
-			t.Errorf("%s %s%s: got %v %q, want %s %q", c.method, c.host, c.path, m.Route, m.Path, c.want, c.upstream)
+		if !ok || m.Route.Name != c.want || m.UpstreamPath("/s") != c.upstream {
+			t.Errorf("%s %s%s: got %v %q, want %s %q", c.method, c.host, c.path, m.Route, m.UpstreamPath("/s"), c.want, c.upstream)
 		}
 	}
 	m, _ := r.Match("GET", "x", "/api/v2/items/42")
@@ -51,13 +51,34 @@ services:
 	}
 }
 
+// TestUpstreamPath is Kong's path_handling v0 table: service path,
+// route path, request path, strip_path -> upstream path.
 func TestUpstreamPath(t *testing.T) {
-	for _, c := range [][3]string{
-		{"", "/x", "/x"}, {"/", "/x", "/x"}, {"/s", "/", "/s"}, {"/s", "/x", "/s/x"},
-		{"/s/", "/x", "/s/x"}, {"", "", "/"},
+	for _, c := range []struct {
+		base, prefix, req string
+		strip             bool
+		want              string
+	}{
+		{"", "/", "/x", true, "/x"},
+		{"/", "/r", "/r", true, "/"},
+		{"/s", "/r", "/r", true, "/s"},
+		{"/s", "/r", "/r/", true, "/s/"},
+		{"/s", "/r", "/rreq", true, "/s/req"},
+		{"/s", "/r", "/r/req", true, "/s/req"},
+		{"/s", "/r/", "/r/req", true, "/s/req"},
+		{"/s/", "/r", "/r", true, "/s"},
+		{"/s/", "/r", "/r/", true, "/s/"},
+		{"/s/", "/r", "/r/req", true, "/s/req"},
+		{"/s/", "/r/", "/r/req", true, "/s/req"},
+		{"/s", "/r", "/r/../x", true, "/s/../x"},
+		{"/s", "/r", "/r../x", true, "/s/x"},
+		{"/s", "/r", "/r/req", false, "/s/r/req"},
+		{"/s/", "/r", "/r/req", false, "/s/r/req"},
+		{"/s", "/", "/", false, "/s"},
+		{"", "/r", "/r/req", false, "/r/req"},
 	} {
-		if got := UpstreamPath(c[0], c[1]); got != c[2] {
-			t.Errorf("UpstreamPath(%q, %q) = %q, want %q", c[0], c[1], got, c[2])
+		if got := UpstreamPath(c.base, c.req, c.prefix, c.strip); got != c.want {
+			t.Errorf("UpstreamPath(%q, %q, %q, %v) = %q, want %q", c.base, c.req, c.prefix, c.strip, got, c.want)
 		}
 	}
 }
