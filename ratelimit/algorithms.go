@@ -201,7 +201,11 @@ func takeWindow(l *Limit, c *Counter, nowMs, nowNs, cost int64, add bool, s *Lim
 		if total.cmp(limit) > 0 {
 			s.Exceeded = true
 			over := (s.Used - float64(l.Count)) / float64(l.Count) * float64(l.Window)
-			s.Reset = windowEnd + time.Duration(over)
+			if over >= float64(InfDuration-windowEnd) { // a huge penalty: never clear
+				s.Reset = InfDuration
+			} else {
+				s.Reset = windowEnd + time.Duration(over)
+			}
 		} else {
 			s.Remaining = int64(limit.sub(total).div(uint64(w)))
 			s.Reset = windowEnd

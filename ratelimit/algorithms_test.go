@@ -208,6 +208,9 @@ func FuzzApply(f *testing.F) {
 				if cost > l.Capacity() && (d.Allowed || d.RetryAfter != InfDuration) {
 					t.Fatalf("%s: cost above capacity %d gave %+v", where(), l.Capacity(), d)
 				}
+				if s.Reset < 0 {
+					t.Fatalf("%s: limit %d Reset %s is negative", where(), i, s.Reset)
+				}
 				if s.Remaining < 0 || s.Remaining > l.Capacity() {
 					t.Fatalf("%s: limit %d Remaining %d outside 0..%d", where(), i, s.Remaining, l.Capacity())
 				}
