@@ -2,8 +2,9 @@
 //
 // Order, as Kong's traditional_compatible router: a route matching on more
 // kinds of attribute (hosts, methods, paths) wins over one matching on fewer;
-// then regex paths (by regex_priority, higher first) before prefix paths
-// (longest first); then configuration order. A Router is immutable and safe
+// then routes whose hosts have no wildcard; then regex paths (by
+// regex_priority, higher first) before prefix paths (longest first); then
+// configuration order. A Router is immutable and safe
 // for concurrent use.
 package router
 
@@ -25,7 +26,8 @@ type entry struct {
 	prefix   string         // "" for a regex or path-less entry
 	re       *regexp.Regexp // anchored at the start
 	hasPath  bool
-	attrs    int // number of attribute kinds the route matches on
+	attrs    int  // number of attribute kinds the route matches on
+	plain    bool // hosts without wildcards
 	order    int
 	hosts    []hostPattern
 	methods  []string
@@ -75,9 +77,12 @@ func New(routes []*kongconf.Route) *Router {
 		if len(rt.Paths) > 0 {
 			attrs++
 		}
-		base := entry{route: rt, attrs: attrs, order: i, methods: rt.Methods, priority: rt.RegexPriority}
+		base := entry{route: rt, attrs: attrs, order: i, methods: rt.Methods, priority: rt.RegexPriority, plain: len(rt.Hosts) > 0}
 		for _, h := range rt.Hosts {
 			base.hosts = append(base.hosts, compileHost(h))
+			if strings.Contains(h, "*") {
+				base.plain = false
+			}
 		}
 		if len(rt.Paths) == 0 {
 			r.entries = append(r.entries, base)
@@ -102,6 +107,9 @@ func New(routes []*kongconf.Route) *Router {
 		a, b := &r.entries[i], &r.entries[j]
 		if a.attrs != b.attrs {
 			return a.attrs > b.attrs
+		}
+		if a.plain != b.plain {
+			return a.plain
 		}
 		if (a.re != nil) != (b.re != nil) {
 			return a.re != nil

@@ -20,6 +20,8 @@ services:
       - {name: re-high, paths: ["~/api/v2/items/(?P<id>\\d+)"], regex_priority: 5}
       - {name: host, hosts: ["*.example.com"], paths: [/api]}
       - {name: get-only, methods: [GET], hosts: [get.test]}
+      - {name: wild, hosts: ["*.plain.test"], paths: [/w]}
+      - {name: plain, hosts: [a.plain.test], paths: [/]}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -38,6 +40,8 @@ services:
 		{"GET", "example.com", "/api/z", "api", "/s/z"},
 		{"GET", "get.test", "/any", "get-only", "/s/any"},
 		{"POST", "get.test", "/any", "root", "/s/any"},
+		{"GET", "a.plain.test", "/w/x", "plain", "/s/w/x"},
+		{"GET", "b.plain.test", "/w/x", "wild", "/s/x"},
 	}
 	for _, c := range cases {
 		m, ok := r.Match(c.method, c.host, c.path)
