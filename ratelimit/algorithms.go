@@ -291,7 +291,7 @@ func takeBucket(l *Limit, c *Counter, nowUs, cost int64, add bool, s *LimitState
 		inc := satMul(cost, t)
 		if ahead := tat + inc - nowUs; ahead > tau {
 			s.Exceeded = add
-			wait = time.Duration(ahead-tau) * time.Microsecond
+			wait = micros(ahead - tau)
 		} else if add {
 			newTAT = tat + inc
 			c.Start = newTAT
@@ -302,8 +302,18 @@ func takeBucket(l *Limit, c *Counter, nowUs, cost int64, add bool, s *LimitState
 		s.Remaining = min(slack/t, burst)
 	}
 	s.Used = float64(burst - s.Remaining)
-	s.Reset = max(time.Duration(newTAT-nowUs)*time.Microsecond, 0)
+	s.Reset = max(micros(newTAT-nowUs), 0)
 	return wait
+}
+
+// micros converts microseconds to a Duration, saturating just below
+// InfDuration: a bucket deep enough to overflow a Duration (centuries)
+// still answers with a finite wait.
+func micros(us int64) time.Duration {
+	if us > (math.MaxInt64-1)/int64(time.Microsecond) {
+		return InfDuration - 1
+	}
+	return time.Duration(us) * time.Microsecond
 }
 
 // emission returns a token bucket's emission interval T: the microseconds

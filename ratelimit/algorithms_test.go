@@ -262,3 +262,21 @@ func FuzzApply(f *testing.F) {
 		}
 	})
 }
+
+// A bucket refilled once a century holds centuries of waiting: durations
+// saturate instead of overflowing.
+func TestCenturyBucketDoesNotOverflow(t *testing.T) {
+	l := []Limit{{Algorithm: TokenBucket, Count: 1, Window: 100 * 365 * 24 * time.Hour, Burst: 10}}
+	cs := make([]Counter, 1)
+	for i := range 11 {
+		r := Request{Limits: l, Now: at(0)}
+		d := Apply(&r, cs)
+		if d.Allowed != (i < 10) {
+			t.Fatalf("call %d: allowed %v", i, d.Allowed)
+		}
+		s := d.State(0)
+		if s.Reset < 0 || d.RetryAfter < 0 || (!d.Allowed && d.RetryAfter < 100*365*24*time.Hour) {
+			t.Fatalf("call %d: Reset %s, RetryAfter %s", i, s.Reset, d.RetryAfter)
+		}
+	}
+}
