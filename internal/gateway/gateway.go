@@ -59,7 +59,9 @@ type Options struct {
 	ClientIP *clientip.Resolver
 	// Plugins are the available plugins; nil means DefaultPlugins().
 	Plugins []PluginFactory
-	// Shared holds resources kept across reloads; nil makes a new one.
+	// Shared holds resources kept across reloads; nil makes a new one,
+	// owned (and closed by Shutdown) by the gateway. A Shared passed in is
+	// the caller's to close.
 	Shared *Shared
 	// Logger receives JSON (or any) structured logs; nil discards them.
 	Logger *slog.Logger
@@ -160,6 +162,7 @@ type Gateway struct {
 	genSeq atomic.Uint64
 	loadMu sync.Mutex
 
+	ownShared bool
 	upstreams sync.Map // upstreamKey -> *fasthttp.HostClient
 	server    *fasthttp.Server
 	inflight  sync.WaitGroup
@@ -220,6 +223,7 @@ func New(opts Options) (*Gateway, error) {
 		g.metrics = m
 	}
 	if g.opts.Shared == nil {
+		g.ownShared = true
 		g.opts.Shared = NewShared(policy.RegistryOptions{Logger: g.metrics.StoreStateLogger(g.log)})
 	}
 	if g.opts.ClientIP == nil {
@@ -453,7 +457,8 @@ func (g *Gateway) Serve(ln net.Listener) error {
 
 // Shutdown stops accepting connections, closes idle ones and waits until
 // every request in flight (streaming responses and tunnels included) has
-// ended or ctx is done.
+// ended or ctx is done. Then it releases the configuration's plugins and,
+// when the gateway made its own Shared, closes it.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	err := g.server.ShutdownWithContext(ctx)
 	done := make(chan struct{})
@@ -472,6 +477,12 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		v.(*fasthttp.HostClient).CloseIdleConnections()
 		return true
 	})
+	if gen := g.gen.Load(); gen != nil {
+		err = errors.Join(err, gen.close())
+	}
+	if g.ownShared {
+		err = errors.Join(err, g.opts.Shared.Close())
+	}
 	if err != nil {
 		return fmt.Errorf("gateway: shutting down: %w", err)
 	}
