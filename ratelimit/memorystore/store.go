@@ -71,11 +71,13 @@ const (
 // the dead ones among them; if none is dead, it drops the one that would
 // die first (Redis's volatile-ttl policy). Evicting a live counter forgets
 // its count, so size MaxKeys above the number of keys active within your
-// longest window. Leases are never evicted while alive: when a shard holds
-// nothing but live leases, a new key gets ratelimit.ErrStoreFull.
+// longest window. Leases are never evicted while alive, nor the counters
+// of the key being decided: when a shard holds nothing else, a new entry
+// gets ratelimit.ErrStoreFull.
 //
 // The store decides by Request.Now (zero means time.Now()); the sweeper uses
-// the wall clock. Decisions on existing keys do not allocate.
+// the wall clock. Decisions on existing keys with up to four limits do not
+// allocate.
 type Store struct {
 	shards       []shard
 	mask         uint64
