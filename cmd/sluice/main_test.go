@@ -252,3 +252,26 @@ func freePort(t *testing.T) string {
 	_, port, _ := strings.Cut(ln.Addr().String(), ":")
 	return port
 }
+
+// TestRunRejectsInvalidConfig: "sluice run" with an invalid file exits 1
+// naming the field, without serving.
+func TestRunRejectsInvalidConfig(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yml")
+	if err := os.WriteFile(bad, []byte("_format_version: \"3.0\"\nservices: [{name: s, colour: red}]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := command(t, "run", "-c", bad, "--proxy-listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("exit: %v, want 1\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "services[0].colour") {
+		t.Errorf("stderr does not name the field:\n%s", stderr.String())
+	}
+	cmd = command(t, "frobnicate")
+	if err := cmd.Run(); err == nil {
+		t.Error("an unknown command succeeded")
+	}
+}
