@@ -74,7 +74,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	}
 	x.ClientIP = g.opts.ClientIP.Resolve(peer, values, proxied)
 
-	m, ok := gen.router.Match(string(ctx.Method()), string(ctx.Host()), string(ctx.Path()))
+	m, ok := gen.router.Match(string(ctx.Method()), string(ctx.Host()), string(ctx.Path()), &ctx.Request.Header)
 	if !ok {
 		x.RespondError(fasthttp.StatusNotFound, "no Route matched with those values")
 		return

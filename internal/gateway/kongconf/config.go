@@ -115,7 +115,10 @@ type Route struct {
 	Methods []string
 	// Hosts are lower case, optionally with a leading "*." or trailing ".*"
 	// wildcard, and an optional port.
-	Hosts         []string
+	Hosts []string
+	// Headers maps lower-case header names to the values (any case) one of
+	// which the request must send.
+	Headers       map[string][]string
 	StripPath     bool
 	PreserveHost  bool
 	Protocols     []string

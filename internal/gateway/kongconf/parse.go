@@ -274,6 +274,45 @@ func (p *parser) route(v any, path string, svc *Service) {
 			p.errs.add(index(o.field("methods"), i), "invalid method %q (want an upper-case token)", m)
 		}
 	}
+	if hv, ok := o.get("headers"); ok {
+		hp := o.field("headers")
+		hm, isMap := hv.(map[string]any)
+		if !isMap {
+			p.errs.add(hp, "expected a mapping of header names to lists of values, got %s", typeName(hv))
+		}
+		names := make([]string, 0, len(hm))
+		for name := range hm {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			np := join(hp, name)
+			lname := strings.ToLower(name)
+			if lname == "host" {
+				p.errs.add(np, "use 'hosts' to match on the Host header")
+				continue
+			}
+			vals, ok := hm[name].([]any)
+			if !ok || len(vals) == 0 {
+				p.errs.add(np, "expected a non-empty list of values")
+				continue
+			}
+			for i, v := range vals {
+				sv, ok := v.(string)
+				switch {
+				case !ok:
+					p.errs.add(index(np, i), "expected a string, got %s", typeName(v))
+				case strings.HasPrefix(sv, "~*"):
+					p.errs.add(index(np, i), "regex header values are not supported")
+				default:
+					if r.Headers == nil {
+						r.Headers = map[string][]string{}
+					}
+					r.Headers[lname] = append(r.Headers[lname], sv)
+				}
+			}
+		}
+	}
 	r.Hosts = strings2lower(o.strList("hosts"))
 	for i, h := range r.Hosts {
 		if !validHost(h) {
@@ -289,8 +328,8 @@ func (p *parser) route(v any, path string, svc *Service) {
 			p.errs.add(index(o.field("protocols"), i), "unsupported protocol %q (want http or https)", pr)
 		}
 	}
-	if len(r.Paths) == 0 && len(r.Methods) == 0 && len(r.Hosts) == 0 {
-		p.errs.add(path, "must set one of 'methods', 'hosts', 'paths'")
+	if len(r.Paths) == 0 && len(r.Methods) == 0 && len(r.Hosts) == 0 && len(r.Headers) == 0 {
+		p.errs.add(path, "must set one of 'methods', 'hosts', 'headers', 'paths'")
 	}
 	if r.ID == "" {
 		key := r.Name

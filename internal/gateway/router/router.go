@@ -1,8 +1,9 @@
 // Package router matches requests to Kong routes by host, method and path.
 //
 // Order, as Kong's traditional_compatible router: a route matching on more
-// kinds of attribute (hosts, methods, paths) wins over one matching on fewer;
-// then routes whose hosts have no wildcard; then regex paths (by
+// kinds of attribute (hosts, methods, headers, paths) wins over one matching
+// on fewer; then routes whose hosts have no wildcard; then routes matching
+// more headers; then regex paths (by
 // regex_priority, higher first) before prefix paths (longest first); then
 // configuration order. A Router is immutable and safe
 // for concurrent use.
@@ -30,8 +31,20 @@ type entry struct {
 	plain    bool // hosts without wildcards
 	order    int
 	hosts    []hostPattern
+	headers  []headerRule
 	methods  []string
 	priority int
+}
+
+type headerRule struct {
+	name   string
+	values []string
+}
+
+// A HeaderGetter returns the first value of a request header (any case),
+// or nil. *fasthttp.RequestHeader is one.
+type HeaderGetter interface {
+	Peek(key string) []byte
 }
 
 type hostPattern struct {
@@ -77,7 +90,14 @@ func New(routes []*kongconf.Route) *Router {
 		if len(rt.Paths) > 0 {
 			attrs++
 		}
+		if len(rt.Headers) > 0 {
+			attrs++
+		}
 		base := entry{route: rt, attrs: attrs, order: i, methods: rt.Methods, priority: rt.RegexPriority, plain: len(rt.Hosts) > 0}
+		for name, vals := range rt.Headers {
+			base.headers = append(base.headers, headerRule{name, vals})
+		}
+		sort.Slice(base.headers, func(i, j int) bool { return base.headers[i].name < base.headers[j].name })
 		for _, h := range rt.Hosts {
 			base.hosts = append(base.hosts, compileHost(h))
 			if strings.Contains(h, "*") {
@@ -110,6 +130,9 @@ func New(routes []*kongconf.Route) *Router {
 		}
 		if a.plain != b.plain {
 			return a.plain
+		}
+		if len(a.headers) != len(b.headers) {
+			return len(a.headers) > len(b.headers)
 		}
 		if (a.re != nil) != (b.re != nil) {
 			return a.re != nil
@@ -158,9 +181,10 @@ func (hp *hostPattern) match(host, port string) bool {
 }
 
 // Match finds the route for a request. host is the Host header (any case,
-// with or without port), path the request path without the query string.
-// It reports false when no route matches.
-func (r *Router) Match(method, host, path string) (Match, bool) {
+// with or without port), path the request path without the query string,
+// h the request headers (nil matches no header rule). It reports false
+// when no route matches.
+func (r *Router) Match(method, host, path string, h HeaderGetter) (Match, bool) {
 	hostName, port := splitHost(host)
 	for i := range r.entries {
 		e := &r.entries[i]
@@ -178,6 +202,9 @@ func (r *Router) Match(method, host, path string) (Match, bool) {
 			if !ok {
 				continue
 			}
+		}
+		if len(e.headers) > 0 && !matchHeaders(e.headers, h) {
+			continue
 		}
 		if !e.hasPath {
 			return Match{Route: e.route, Path: path}, true
@@ -272,6 +299,26 @@ func sanitizePostfix(p string) string {
 		return p[3:]
 	}
 	return p
+}
+
+func matchHeaders(rules []headerRule, h HeaderGetter) bool {
+	if h == nil {
+		return false
+	}
+	for _, r := range rules {
+		v := string(h.Peek(r.name))
+		ok := false
+		for _, want := range r.values {
+			if strings.EqualFold(v, want) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func splitHost(host string) (name, port string) {

@@ -1,6 +1,7 @@
 package router
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
@@ -44,12 +45,12 @@ services:
 		{"GET", "b.plain.test", "/w/x", "wild", "/s/x"},
 	}
 	for _, c := range cases {
-		m, ok := r.Match(c.method, c.host, c.path)
+		m, ok := r.Match(c.method, c.host, c.path, nil)
 		if !ok || m.Route.Name != c.want || m.UpstreamPath("/s") != c.upstream {
 			t.Errorf("%s %s%s: got %v %q, want %s %q", c.method, c.host, c.path, m.Route, m.UpstreamPath("/s"), c.want, c.upstream)
 		}
 	}
-	m, _ := r.Match("GET", "x", "/api/v2/items/42")
+	m, _ := r.Match("GET", "x", "/api/v2/items/42", nil)
 	if m.Captures["id"] != "42" {
 		t.Errorf("captures %v", m.Captures)
 	}
@@ -57,6 +58,46 @@ services:
 
 // TestUpstreamPath is Kong's path_handling v0 table: service path,
 // route path, request path, strip_path -> upstream path.
+type hdrs map[string]string
+
+func (h hdrs) Peek(k string) []byte { return []byte(h[strings.ToLower(k)]) }
+
+func TestMatchHeaders(t *testing.T) {
+	cfg, err := kongconf.Parse([]byte(`
+_format_version: "3.0"
+services:
+  - name: s
+    url: http://u.test
+    routes:
+      - {name: any, paths: [/]}
+      - {name: v2, paths: [/], headers: {X-Version: [v2, V3]}}
+      - {name: v2-beta, paths: [/], headers: {x-version: [v2], x-beta: ["yes"]}}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(cfg.Routes)
+	for _, c := range []struct {
+		h    hdrs
+		want string
+	}{
+		{nil, "any"},
+		{hdrs{"x-version": "v1"}, "any"},
+		{hdrs{"x-version": "v3"}, "v2"},
+		{hdrs{"x-version": "V2", "x-beta": "YES"}, "v2-beta"},
+		{hdrs{"x-version": "v2", "x-beta": "no"}, "v2"},
+	} {
+		var g HeaderGetter
+		if c.h != nil {
+			g = c.h
+		}
+		m, ok := r.Match("GET", "x", "/p", g)
+		if !ok || m.Route.Name != c.want {
+			t.Errorf("%v: got %v, want %s", c.h, m.Route, c.want)
+		}
+	}
+}
+
 func TestUpstreamPath(t *testing.T) {
 	for _, c := range []struct {
 		base, prefix, req string
