@@ -220,7 +220,14 @@ func (rl *rateLimiting) Access(x *Exchange) error {
 		}
 		c = v
 	}
-	res, err := c.Check(x.Context, &req)
+	var res policy.Result
+	var err error
+	if a, ok := c.(*policy.Advanced); ok {
+		var buf [8]policy.Header // the usual headers, without an allocation
+		res, err = a.CheckAppend(x.Context, &req, buf[:0])
+	} else {
+		res, err = c.Check(x.Context, &req)
+	}
 	if err != nil {
 		x.StoreError(rl.name, err)
 	}
