@@ -95,6 +95,10 @@ func BenchmarkTake(b *testing.B) {
 				if want := min(b.N, benchKeys); st.Keys != want {
 					b.Fatalf("%d keys used, want %d", st.Keys, want)
 				}
+				if testing.Verbose() {
+					b.Log(srv.Do(b, "INFO", "commandstats"))
+					srv.Do(b, "CONFIG", "RESETSTAT")
+				}
 				b.ReportMetric((redisCPU(b, srv)-cpu0)*1e6/float64(b.N), "redis-cpu-us/decision")
 				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "decisions/s")
 				b.ReportMetric(float64(st.RedisCalls)/float64(b.N), "roundtrips/decision")

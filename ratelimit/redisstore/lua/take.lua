@@ -37,6 +37,10 @@
 -- counter that is not an integer) gives instead an error text followed by
 -- 1 + 3n zeros, and changes nothing; the other requests are unaffected.
 --
+-- Speed: the script allocates no table per request or limit (per-limit
+-- state lives in arrays reused by every request, counters in tables keyed
+-- by key): table creation is most of a Lua script's own cost.
+--
 -- Exactness: Lua numbers are doubles, exact for integers up to 2^53. Go
 -- only sends limits with count*W_ms <= 2^53 and bucket values tau and the
 -- increment <= 2^52; times in us stay below 2^53 until the year 2255.
@@ -53,10 +57,11 @@ local function clock()
   return time_us
 end
 
--- Counters of the batch: cache[key] is the value read by MGET (false when
--- absent), replaced by { s, c, p, ttl } once a request changed it; dirty
--- keys are written at the end.
-local cache = {}
+-- Counters of the batch. raw[key] is what MGET read: a string, false when
+-- absent, or { err = ... } for a key holding another type. S, C, P hold a
+-- counter once parsed or changed; T[key] is the time to live of a changed
+-- counter, written once at the end, in the order of first change.
+local raw, S, C, P, T, order = {}, {}, {}, {}, {}, {}
 do
   local uniq, seen = {}, {}
   for _, key in ipairs(KEYS) do
@@ -65,37 +70,36 @@ do
       uniq[#uniq + 1] = key
     end
   end
-  local vals = {}
   for from = 1, #uniq, 1000 do -- unpack is bounded by the Lua stack
     local part = redis.call('MGET', unpack(uniq, from, math.min(from + 999, #uniq)))
-    for i = 1, #part do vals[from + i - 1] = part[i] end
-  end
-  for i, key in ipairs(uniq) do
-    -- MGET reads a value of another type as absent; SET would then
-    -- destroy it. A key that exists without a string value is reported
-    -- by its request instead.
-    if not vals[i] and redis.call('EXISTS', key) == 1 then
-      vals[i] = { err = 'WRONGTYPE counter ' .. key .. ' holds a ' .. redis.call('TYPE', key).ok .. ', not a string' }
+    for i = 1, #part do
+      local key, v = uniq[from + i - 1], part[i]
+      -- MGET reads a value of another type as absent; SET would then
+      -- destroy it. A key that exists without a string value is reported
+      -- by its request instead.
+      if not v and redis.call('EXISTS', key) == 1 then
+        v = { err = 'WRONGTYPE counter ' .. key .. ' holds a ' .. redis.call('TYPE', key).ok .. ', not a string' }
+      end
+      raw[key] = v
     end
-    cache[key] = vals[i]
   end
 end
-local dirty, order = {}, {}
 
--- load reads a counter: absent is 0 0 0, anything but three integers is
+-- load returns a counter: absent is 0 0 0, anything but three integers is
 -- an error naming the key, never a silent zero.
 local function load(key)
-  local v = cache[key]
+  local s = S[key]
+  if s then return s, C[key], P[key] end
+  local v = raw[key]
   if not v then return 0, 0, 0 end
-  if type(v) == 'table' then
-    if v.err then error(v.err) end
-    return v[1], v[2], v[3]
-  end
-  local s, c, p = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
-  if not s then
+  if type(v) == 'table' then error(v.err) end
+  local a, b, c = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
+  if not a then
     error('sluice: counter ' .. key .. ' is not "start count previous": ' .. v)
   end
-  return tonumber(s), tonumber(c), tonumber(p)
+  a, b, c = tonumber(a), tonumber(b), tonumber(c)
+  S[key], C[key], P[key] = a, b, c
+  return a, b, c
 end
 
 -- floor(a / b) for integers 0 <= a <= 2^53, b >= 1, exactly.
@@ -109,12 +113,17 @@ local function floordiv(a, b)
   return q
 end
 
+-- Per-limit state of the request being decided, reused by every request.
+local LK, LKIND, LW, LINC, LS, LC, LP, LCOUNTED = {}, {}, {}, {}, {}, {}, {}, {}
+local reply = {}
+
 -- decide runs one request whose keys start at KEYS[k] and whose limit
--- arguments start at ARGV[j]; it returns the request's reply values.
+-- arguments start at ARGV[j], appending its values to reply.
 local function decide(k, j, n, now_us, cost, penalty)
   local now_ms = (now_us - now_us % 1000) / 1000
-  local out = { 1, now_us }
-  local st = {}
+  local base = #reply
+  reply[base + 1] = 1
+  reply[base + 2] = now_us
   local denied = false
   for i = 1, n do
     local key = KEYS[k + i - 1]
@@ -124,11 +133,11 @@ local function decide(k, j, n, now_us, cost, penalty)
     local a = tonumber(ARGV[a0 + 2])
     local b = tonumber(ARGV[a0 + 3])
     local s, c, p = load(key)
-    out[#out + 1] = s
-    out[#out + 1] = c
-    out[#out + 1] = p
-    local x = { key = key, kind = kind, s = s, c = c, p = p, counted = false, w = a, inc = b }
-    st[i] = x
+    local o = base + 2 + 3 * (i - 1)
+    reply[o + 1] = s
+    reply[o + 2] = c
+    reply[o + 3] = p
+    LK[i], LKIND[i], LW[i], LINC[i], LCOUNTED[i] = key, kind, a, b, false
     local add = not denied
     if kind == 2 then
       -- Token bucket (GCRA): a is tau, b the increment (or -1).
@@ -140,8 +149,8 @@ local function decide(k, j, n, now_us, cost, penalty)
         exceeded = add
       end
       if add and not exceeded then
-        x.s = tat + b
-        x.counted = true
+        s = tat + b
+        LCOUNTED[i] = true
       end
       if exceeded then denied = true end
     else
@@ -150,61 +159,54 @@ local function decide(k, j, n, now_us, cost, penalty)
       -- counting in the newest window.
       local start = now_ms - now_ms % w
       if not (s == start or start < s) then
-        if s == start - w then x.p = c else x.p = 0 end
-        x.c = 0
-        x.s = start
+        if s == start - w then p = c else p = 0 end
+        c = 0
+        s = start
       end
       if add then
-        local cur = x.c + cost
-        x.c = cur
-        x.counted = true
+        c = c + cost
+        LCOUNTED[i] = true
         local exceeded
-        if cur > count then
+        if c > count then
           exceeded = true
         elseif kind == 0 then
           exceeded = false
         else
           -- cur*w + p*rem > count*w  <=>  p > floor((count-cur)*w / rem)
-          local e = now_ms - x.s
+          local e = now_ms - s
           if e < 0 then e = 0 end
-          exceeded = x.p > floordiv((count - cur) * w, w - e)
+          exceeded = p > floordiv((count - c) * w, w - e)
         end
         if exceeded then denied = true end
       end
     end
+    LS[i], LC[i], LP[i] = s, c, p
   end
 
   if denied then
-    out[1] = 0
+    reply[base + 1] = 0
     for i = 1, n do
-      local x = st[i]
-      if x.counted and (x.kind == 2 or not penalty) then
-        if x.kind == 2 then x.s = x.s - x.inc else x.c = x.c - cost end
-        x.counted = false
+      if LCOUNTED[i] and (LKIND[i] == 2 or not penalty) then
+        if LKIND[i] == 2 then LS[i] = LS[i] - LINC[i] else LC[i] = LC[i] - cost end
+        LCOUNTED[i] = false
       end
     end
   end
 
   for i = 1, n do
-    local x = st[i]
-    if x.counted then
-      local ttl
-      if x.kind == 2 then
-        ttl = math.ceil((x.s - now_us) / 1000) + 1
+    if LCOUNTED[i] then
+      local key, ttl = LK[i]
+      if LKIND[i] == 2 then
+        ttl = math.ceil((LS[i] - now_us) / 1000) + 1
       else
-        ttl = x.s + 2 * x.w - now_ms
+        ttl = LS[i] + 2 * LW[i] - now_ms
       end
-      if not dirty[x.key] then
-        dirty[x.key] = true
-        order[#order + 1] = x.key
-      end
-      cache[x.key] = { x.s, x.c, x.p, math.max(ttl, min_ttl, 1) }
+      if not T[key] then order[#order + 1] = key end
+      S[key], C[key], P[key], T[key] = LS[i], LC[i], LP[i], math.max(ttl, min_ttl, 1)
     end
   end
-  return out
 end
 
-local reply = {}
 local k, j = 1, 3
 for _ = 1, tonumber(ARGV[1]) do
   local now_us = ARGV[j]
@@ -212,19 +214,19 @@ for _ = 1, tonumber(ARGV[1]) do
   local cost = tonumber(ARGV[j + 2])
   local penalty = ARGV[j + 3] == '1'
   if now_us == '' then now_us = clock() else now_us = tonumber(now_us) end
-  local ok, res = pcall(decide, k, j + 4, n, now_us, cost, penalty)
-  if ok then
-    for _, v in ipairs(res) do reply[#reply + 1] = v end
-  else
-    if type(res) == 'table' then res = res.err end
-    reply[#reply + 1] = tostring(res)
-    for _ = 1, 1 + 3 * n do reply[#reply + 1] = 0 end
+  local mark = #reply
+  local ok, err = pcall(decide, k, j + 4, n, now_us, cost, penalty)
+  if not ok then
+    for x = #reply, mark + 1, -1 do reply[x] = nil end
+    if type(err) == 'table' then err = err.err end
+    reply[mark + 1] = tostring(err)
+    for x = 1, 1 + 3 * n do reply[mark + 1 + x] = 0 end
   end
   k = k + n
   j = j + 4 + 4 * n
 end
+
 for _, key in ipairs(order) do
-  local v = cache[key]
-  redis.call('SET', key, string.format('%d %d %d', v[1], v[2], v[3]), 'PX', string.format('%d', v[4]))
+  redis.call('SET', key, string.format('%d %d %d', S[key], C[key], P[key]), 'PX', string.format('%d', T[key]))
 end
 return reply
