@@ -1,10 +1,12 @@
 # The two commands of README.md: `make run` and `make check`.
 .PHONY: run check test bench bench-sdk bench-redis bench-gateway release
 
-# Runs the sluice gateway on the quickstart example: in memory, with a
-# built-in upstream, no other service needed.
+# Runs the sluice gateway on the quickstart example (README's first command):
+# in memory, proxy on :8000, admin on 127.0.0.1:8001, and the built-in echo
+# upstream the example's services point to on 127.0.0.1:9080; no other
+# service needed.
 run:
-	go run ./cmd/sluice run -c examples/quickstart/kong.yml
+	go run ./cmd/sluice run -c examples/quickstart/kong.yml --echo 127.0.0.1:9080
 
 # The whole test suite (installs redis, etcd, wrk, nginx and staticcheck
 # when missing). CI runs exactly this.
