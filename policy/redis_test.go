@@ -185,3 +185,101 @@ func TestRedisWaitingRoomAcrossNodes(t *testing.T) {
 		t.Errorf("%d leases after the wait was abandoned, want 0", n)
 	}
 }
+
+// redisStateEvent is one OnRedisState call.
+type redisStateEvent struct {
+	namespace string
+	degraded  bool
+	err       error
+}
+
+// redisStateRecorder returns registry options whose OnRedisState sends
+// every call on the returned channel.
+func redisStateRecorder() (RegistryOptions, chan redisStateEvent) {
+	ch := make(chan redisStateEvent, 64)
+	opts := testRedisOpts
+	opts.RedisTimeout = time.Second
+	opts.OnRedisState = func(ns string, degraded bool, err error) { ch <- redisStateEvent{ns, degraded, err} }
+	return opts, ch
+}
+
+// nextRedisState returns the next OnRedisState call, running step (a
+// decision) until one arrives or the bounded deadline passes.
+func nextRedisState(t *testing.T, ch chan redisStateEvent, step func()) redisStateEvent {
+	t.Helper()
+	deadline := time.After(15 * time.Second)
+	for {
+		select {
+		case ev := <-ch:
+			return ev
+		case <-deadline:
+			t.Fatal("no OnRedisState call before the deadline")
+		default:
+			step()
+		}
+	}
+}
+
+// OnRedisState reports a Redis that stops answering once (degraded, with
+// the cause) and its return once, not every decision or probe in between.
+func TestOnRedisStateAcrossRestart(t *testing.T) {
+	srv := testservers.Redis(t, testservers.RedisOptions{})
+	opts, ch := redisStateRecorder()
+	a := newAdvanced(t, newRegistry(t, opts),
+		`{"limit":[1000000],"window_size":[60],"namespace":"hooked","identifier":"ip","strategy":"redis","sync_rate":0,`+redisConfigJSON(srv)+`}`)
+	// The breaker's cool-down runs on the decisions' clock: each decision
+	// is 100 ms after the previous one.
+	now := at(time.Second)
+	decide := func() {
+		now = now.Add(100 * time.Millisecond)
+		r := Request{ClientIP: "10.0.0.1", Now: now}
+		if _, err := a.Check(context.Background(), &r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	decide()
+	select {
+	case ev := <-ch:
+		t.Fatalf("state change %+v while redis answers", ev)
+	default:
+	}
+	srv.Stop()
+	if ev := nextRedisState(t, ch, decide); ev.namespace != "hooked" || !ev.degraded || ev.err == nil {
+		t.Fatalf("after redis stopped: %+v, want hooked degraded with an error", ev)
+	}
+	srv.Restart(t)
+	if ev := nextRedisState(t, ch, decide); ev.namespace != "hooked" || ev.degraded || ev.err != nil {
+		t.Fatalf("after redis restarted: %+v, want hooked not degraded", ev)
+	}
+	decide()
+	select {
+	case ev := <-ch:
+		t.Fatalf("extra state change %+v once redis answers", ev)
+	default:
+	}
+}
+
+// A Redis unreachable when the config is compiled is reported degraded at
+// once, and not degraded when the namespace's redial connects.
+func TestOnRedisStateUnreachableAtCompile(t *testing.T) {
+	srv := testservers.Redis(t, testservers.RedisOptions{})
+	srv.Stop()
+	opts, ch := redisStateRecorder()
+	a := newAdvanced(t, newRegistry(t, opts),
+		`{"limit":[10],"window_size":[60],"namespace":"late","identifier":"ip","strategy":"redis","sync_rate":0,`+redisConfigJSON(srv)+`}`)
+	select {
+	case ev := <-ch:
+		if ev.namespace != "late" || !ev.degraded || ev.err == nil {
+			t.Fatalf("at compile: %+v, want late degraded with an error", ev)
+		}
+	default:
+		t.Fatal("no OnRedisState call for a redis unreachable at compile")
+	}
+	srv.Restart(t)
+	if ev := nextRedisState(t, ch, func() { <-time.After(10 * time.Millisecond) }); ev.namespace != "late" || ev.degraded {
+		t.Fatalf("after the redial: %+v, want late not degraded", ev)
+	}
+	if _, ok := a.store.(*dialingStore); !ok {
+		t.Fatalf("store %T, want a dialing store", a.store)
+	}
+}

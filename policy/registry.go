@@ -61,6 +61,18 @@ type RegistryOptions struct {
 	// Logger receives the default Redis stores' state changes (fallback to
 	// local counters and back); nil discards them.
 	Logger *slog.Logger
+	// OnRedisState, when set, is called by the default Redis stores once
+	// per change of a namespace's Redis state: degraded true with the
+	// cause when the namespace starts counting locally because Redis does
+	// not answer (at compile time, when the first dial fails, or later,
+	// when a call fails), degraded false when Redis answers again. Probing
+	// a failed Redis is not a change. Calls for one store come in order;
+	// a namespace whose Redis config or sync_rate changes on reload gets a
+	// new store, whose first report may follow the old store's last. It
+	// must not block or call into the Registry: it may run while a store
+	// or the Registry is locked. Stores built by NewRedisStore report
+	// nothing through it.
+	OnRedisState func(namespace string, degraded bool, err error)
 	// RedisTimeout bounds every call of the default Redis stores; a
 	// decision whose call does not return in time is decided with local
 	// counters. Zero means the store's default (200 ms).

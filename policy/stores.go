@@ -69,6 +69,9 @@ func (r *Registry) newDefaultRedisStore(cfg RedisStoreConfig) (ratelimit.Store, 
 				r.opts.Logger.Warn("policy: redis unreachable, counting locally until it answers",
 					"namespace", cfg.Namespace, "error", err)
 			}
+			if r.opts.OnRedisState != nil {
+				r.opts.OnRedisState(cfg.Namespace, true, err)
+			}
 			return newDialingStore(r, cfg, fp), nil
 		}
 		r.clients[fp] = &redisClient{c: c}
@@ -90,6 +93,12 @@ func (r *Registry) redisStoreLocked(cfg RedisStoreConfig, fp string) (ratelimit.
 		CallerClock: r.opts.RedisCallerClock || cfg.CallerClock,
 		Timeout:     r.opts.RedisTimeout,
 		Logger:      r.opts.Logger,
+		OnStateChange: func(from, to redisstore.State, err error) {
+			// Fallback and probing are both "counting locally".
+			if degraded := to != redisstore.StateConnected; degraded != (from != redisstore.StateConnected) && r.opts.OnRedisState != nil {
+				r.opts.OnRedisState(cfg.Namespace, degraded, err)
+			}
+		},
 	})
 	if err != nil {
 		if rc.refs == 0 {
@@ -188,6 +197,9 @@ func (s *dialingStore) connect() bool {
 	close(s.connected)
 	if s.r.opts.Logger != nil {
 		s.r.opts.Logger.Info("policy: redis answers, namespace counts in redis", "namespace", s.cfg.Namespace)
+	}
+	if s.r.opts.OnRedisState != nil {
+		s.r.opts.OnRedisState(s.cfg.Namespace, false, nil)
 	}
 	return true
 }

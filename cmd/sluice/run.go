@@ -263,7 +263,7 @@ func serve(ctx context.Context, f *serveFlags, log *slog.Logger, stdout io.Write
 		IdleTimeout:          f.idleTimeout,
 		UpstreamIdleTimeout:  f.upstreamIdle,
 		GroupPolicyOverrides: f.groupOverrides,
-		Shared:               gateway.NewShared(policy.RegistryOptions{}),
+		Shared:               gateway.NewShared(policy.RegistryOptions{Logger: log, OnRedisState: metrics.RedisStateChanged}),
 	}
 	defer opts.Shared.Close()
 	if f.otlpEndpoint != "" {

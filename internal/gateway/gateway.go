@@ -60,8 +60,11 @@ type Options struct {
 	// Plugins are the available plugins; nil means DefaultPlugins().
 	Plugins []PluginFactory
 	// Shared holds resources kept across reloads; nil makes a new one,
-	// owned (and closed by Shutdown) by the gateway. A Shared passed in is
-	// the caller's to close.
+	// owned (and closed by Shutdown) by the gateway, whose stores log to
+	// Logger and report their Redis state to Metrics. A Shared passed in
+	// is the caller's to close; build it with
+	// policy.RegistryOptions{OnRedisState: metrics.RedisStateChanged} for
+	// sluice_redis_fallback to follow its stores.
 	Shared *Shared
 	// Logger receives JSON (or any) structured logs; nil discards them.
 	Logger *slog.Logger
@@ -224,7 +227,7 @@ func New(opts Options) (*Gateway, error) {
 	}
 	if g.opts.Shared == nil {
 		g.ownShared = true
-		g.opts.Shared = NewShared(policy.RegistryOptions{Logger: g.metrics.StoreStateLogger(g.log)})
+		g.opts.Shared = NewShared(policy.RegistryOptions{Logger: g.log, OnRedisState: g.metrics.RedisStateChanged})
 	}
 	if g.opts.ClientIP == nil {
 		g.opts.ClientIP = &clientip.Resolver{}

@@ -1,10 +1,7 @@
 package gateway
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -93,67 +90,19 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 	return m, nil
 }
 
-// StoreStateLogger returns a logger for policy.RegistryOptions.Logger: it
-// passes every record on to l and turns the stores' Redis state changes
-// (fallback to local counters, Redis answering again) into the
-// sluice_redis_fallback gauge and sluice_redis_state_changes_total.
-func (m *Metrics) StoreStateLogger(l *slog.Logger) *slog.Logger {
-	return slog.New(&stateHandler{next: l.Handler(), m: m})
-}
-
-// stateHandler watches the records of the policy registry and its Redis
-// stores, the one place they report state changes.
-type stateHandler struct {
-	next  slog.Handler
-	m     *Metrics
-	attrs []slog.Attr
-}
-
-func (h *stateHandler) Enabled(context.Context, slog.Level) bool { return true }
-
-func (h *stateHandler) Handle(ctx context.Context, r slog.Record) error {
-	state := ""
-	switch {
-	case strings.HasPrefix(r.Message, "redisstore: redis unavailable"),
-		strings.HasPrefix(r.Message, "policy: redis unreachable"):
-		state = "fallback"
-	case strings.HasPrefix(r.Message, "redisstore: redis available again"),
-		strings.HasPrefix(r.Message, "policy: redis answers"):
-		state = "connected"
+// RedisStateChanged records a change of a namespace's Redis state in the
+// sluice_redis_fallback gauge (1 while degraded) and
+// sluice_redis_state_changes_total. Its signature is that of
+// policy.RegistryOptions.OnRedisState, which the gateway's registry (and
+// cmd/sluice's) passes it to; err is not used. It is safe for concurrent
+// use and never blocks.
+func (m *Metrics) RedisStateChanged(namespace string, degraded bool, _ error) {
+	v, state := 0.0, "connected"
+	if degraded {
+		v, state = 1, "fallback"
 	}
-	if state != "" {
-		ns := ""
-		for _, a := range h.attrs {
-			if a.Key == "namespace" {
-				ns = a.Value.String()
-			}
-		}
-		r.Attrs(func(a slog.Attr) bool {
-			if a.Key == "namespace" {
-				ns = a.Value.String()
-				return false
-			}
-			return true
-		})
-		v := 0.0
-		if state == "fallback" {
-			v = 1
-		}
-		h.m.redisFallback.WithLabelValues(ns).Set(v)
-		h.m.redisChanges.WithLabelValues(ns, state).Inc()
-	}
-	if !h.next.Enabled(ctx, r.Level) {
-		return nil
-	}
-	return h.next.Handle(ctx, r)
-}
-
-func (h *stateHandler) WithAttrs(as []slog.Attr) slog.Handler {
-	return &stateHandler{next: h.next.WithAttrs(as), m: h.m, attrs: append(append([]slog.Attr(nil), h.attrs...), as...)}
-}
-
-func (h *stateHandler) WithGroup(name string) slog.Handler {
-	return &stateHandler{next: h.next.WithGroup(name), m: h.m, attrs: h.attrs}
+	m.redisFallback.WithLabelValues(namespace).Set(v)
+	m.redisChanges.WithLabelValues(namespace, state).Inc()
 }
 
 // Register adds further collectors (the policy registry's store state, for

@@ -163,4 +163,10 @@ services:
 	waitFor(1)
 	rs.Restart(t)
 	waitFor(0)
+	// One change each way: probes of the stopped Redis are not changes.
+	for _, state := range []string{"fallback", "connected"} {
+		if n := counterValue(g.metrics.redisChanges.WithLabelValues("fb", state)); n != 1 {
+			t.Errorf("sluice_redis_state_changes_total{state=%q} %v, want 1", state, n)
+		}
+	}
 }
