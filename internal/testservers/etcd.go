@@ -1,6 +1,8 @@
 package testservers
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net/http"
@@ -23,6 +25,11 @@ func Etcd(t testing.TB) *EtcdServer {
 	dir := t.TempDir()
 	e := &EtcdServer{}
 	client := &http.Client{Timeout: time.Second}
+	// A member name of our own tells our etcd from another test's that may
+	// have taken the port between the free-port probe and our bind.
+	var tok [8]byte
+	rand.Read(tok[:])
+	name := "testservers-" + hex.EncodeToString(tok[:])
 	peer := 0 // chosen once, so Restart keeps the member's peer URL
 	e.p = &proc{
 		name: "etcd",
@@ -37,12 +44,12 @@ func Etcd(t testing.TB) *EtcdServer {
 			}
 			cu := "http://127.0.0.1:" + strconv.Itoa(port)
 			pu := "http://127.0.0.1:" + strconv.Itoa(peer)
-			return []string{"--name", "default", "--data-dir", dir + "/data",
+			return []string{"--name", name, "--data-dir", dir + "/data",
 				"--listen-client-urls", cu, "--advertise-client-urls", cu,
 				"--listen-peer-urls", pu, "--initial-advertise-peer-urls", pu,
-				"--initial-cluster", "default=" + pu, "--log-level", "warn"}
+				"--initial-cluster", name + "=" + pu, "--log-level", "warn"}
 		},
-		ready: func(port int) error {
+		ready: func(port, _ int) error {
 			resp, err := client.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/health")
 			if err != nil {
 				return err
@@ -51,6 +58,15 @@ func Etcd(t testing.TB) *EtcdServer {
 			b, _ := io.ReadAll(resp.Body)
 			if !strings.Contains(string(b), `"health":"true"`) {
 				return fmt.Errorf("health %s", b)
+			}
+			resp2, err := client.Post("http://127.0.0.1:"+strconv.Itoa(port)+"/v3/cluster/member/list", "application/json", strings.NewReader("{}"))
+			if err != nil {
+				return err
+			}
+			defer resp2.Body.Close()
+			b, _ = io.ReadAll(resp2.Body)
+			if !strings.Contains(string(b), name) {
+				return fmt.Errorf("port answered by another etcd: %s", b)
 			}
 			return nil
 		},

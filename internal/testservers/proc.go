@@ -59,12 +59,14 @@ func freePort(busOffset int) (int, error) {
 // A proc is one server process that can be stopped and started again on
 // the same port.
 type proc struct {
-	t       testing.TB
-	name    string
-	bin     string
-	dir     string
-	args    func(port int) []string
-	ready   func(port int) error
+	t    testing.TB
+	name string
+	bin  string
+	dir  string
+	args func(port int) []string
+	// ready probes the server on port; pid is the process started, so a
+	// probe can tell our server from another test's that took the port.
+	ready   func(port, pid int) error
 	busOff  int
 	port    int
 	logPath string
@@ -144,7 +146,7 @@ func (p *proc) launch() error {
 			return fmt.Errorf("%s exited during start-up: %s", p.name, p.logTail())
 		default:
 		}
-		if probeErr = p.ready(p.port); probeErr == nil {
+		if probeErr = p.ready(p.port, cmd.Process.Pid); probeErr == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {

@@ -84,7 +84,9 @@ func Redis(t testing.TB, opts RedisOptions) *RedisServer {
 			}
 			return append(a, opts.Args...)
 		},
-		ready: func(port int) error { return pingRedis("127.0.0.1:"+strconv.Itoa(port), r.tlsCfg) },
+		ready: func(port, pid int) error {
+			return pingRedis("127.0.0.1:"+strconv.Itoa(port), r.tlsCfg, r.auth(), pid)
+		},
 	}
 	startProc(t, r.p)
 	return r
@@ -151,23 +153,40 @@ func (r *RedisServer) Do(t testing.TB, args ...string) any {
 	return v
 }
 
-// pingRedis reports nil when a server answers PING (or asks for
-// authentication, which also proves it is up and serving).
-func pingRedis(addr string, tc *tls.Config) error {
+// pingRedis reports nil when the server on addr answers and is the
+// process pid: on a machine where many tests start servers, the port picked
+// may have been taken by another test's server between the probe for a free
+// port and our server's bind, and a PONG from that one must not count.
+// auth, when set, is sent first (AUTH arguments).
+func pingRedis(addr string, tc *tls.Config, auth []string, pid int) error {
 	c, err := dialRESP(addr, tc, time.Second)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	v, err := c.Do("PING")
-	if err != nil {
-		if strings.HasPrefix(err.Error(), "NOAUTH") {
-			return nil
+	if len(auth) > 0 {
+		if _, err := c.Do(append([]string{"AUTH"}, auth...)...); err != nil {
+			return err
 		}
+	}
+	v, err := c.Do("INFO", "server")
+	if err != nil {
 		return err
 	}
-	if v != "PONG" {
-		return fmt.Errorf("PING answered %v", v)
+	got := infoField(fmt.Sprint(v), "process_id")
+	if got != strconv.Itoa(pid) {
+		return fmt.Errorf("port answered by process %q, not ours (%d)", got, pid)
+	}
+	return nil
+}
+
+// auth returns the AUTH arguments of the server, or nil.
+func (r *RedisServer) auth() []string {
+	switch {
+	case r.opts.Password != "":
+		return []string{r.opts.Password}
+	case r.opts.Username != "" && r.opts.UserPassword != "":
+		return []string{r.opts.Username, r.opts.UserPassword}
 	}
 	return nil
 }
@@ -280,7 +299,7 @@ func Sentinel(t testing.TB) *SentinelGroup {
 				os.WriteFile(conf, []byte(text), 0o600)
 				return []string{conf}
 			},
-			ready: func(port int) error { return pingRedis("127.0.0.1:"+strconv.Itoa(port), nil) },
+			ready: func(port, pid int) error { return pingRedis("127.0.0.1:"+strconv.Itoa(port), nil, nil, pid) },
 		}
 		startProc(t, p)
 		s.sentinels = append(s.sentinels, p)
@@ -421,7 +440,7 @@ func Cluster(t testing.TB) *RedisCluster {
 					"--cluster-enabled", "yes", "--cluster-config-file", "nodes." + strconv.Itoa(port) + ".conf",
 					"--cluster-node-timeout", "5000"}
 			},
-			ready: func(port int) error { return pingRedis("127.0.0.1:"+strconv.Itoa(port), nil) },
+			ready: func(port, pid int) error { return pingRedis("127.0.0.1:"+strconv.Itoa(port), nil, nil, pid) },
 		}
 		startProc(t, p)
 		c.nodes = append(c.nodes, p)

@@ -16,7 +16,7 @@ func TestRedisStopRestart(t *testing.T) {
 	if r.Running() {
 		t.Fatal("running after Stop")
 	}
-	if err := pingRedis(r.Addr(), nil); err == nil {
+	if err := pingRedis(r.Addr(), nil, nil, 0); err == nil {
 		t.Fatal("PING answered after Stop")
 	}
 	r.Restart(t)
