@@ -2,9 +2,11 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +29,12 @@ type Advanced struct {
 	groups    []string
 	overrides []*plan
 	enforce   bool
+
+	// disablePenalty is kept for the plans of quota overrides, which are
+	// compiled on first use and cached, at most maxQuotaPlans of them.
+	disablePenalty bool
+	quotaMu        sync.RWMutex
+	quotaPlans     map[quotaKey]*plan
 
 	hide       bool
 	ietf       bool
@@ -125,13 +133,14 @@ func NewAdvanced(cfg *AdvancedConfig, reg *Registry) (*Advanced, error) {
 			headerName: deref(c.HeaderName),
 			path:       deref(c.Path),
 		},
-		enforce:    c.EnforceConsumerGroups,
-		hide:       c.HideClientHeaders,
-		ietf:       c.Sluice.IETFHeaders,
-		shadow:     c.Sluice.Shadow,
-		errorCode:  int(c.ErrorCode),
-		body:       messageBody(c.ErrorMessage),
-		throttling: c.Throttling,
+		enforce:        c.EnforceConsumerGroups,
+		disablePenalty: c.DisablePenalty,
+		hide:           c.HideClientHeaders,
+		ietf:           c.Sluice.IETFHeaders,
+		shadow:         c.Sluice.Shadow,
+		errorCode:      int(c.ErrorCode),
+		body:           messageBody(c.ErrorMessage),
+		throttling:     c.Throttling,
 	}
 	windows := append([]time.Duration(nil), windowDurations(c.WindowSize)...)
 	for _, g := range c.ConsumerGroups {
@@ -181,24 +190,116 @@ func (a *Advanced) Close() error {
 // Namespace returns the namespace the counters live in.
 func (a *Advanced) Namespace() string { return a.namespace }
 
-// selectPlan picks the plugin's plan or a legacy consumer-group override
-// (spec §6.2): the first entry of consumer_groups that the consumer belongs
-// to decides, with its override if it has one.
-func (a *Advanced) selectPlan(r *Request) *plan {
+// selectPlan picks the plan of r (spec §6.2): a legacy consumer-group
+// override when the first entry of consumer_groups that the consumer
+// belongs to has one, else the request's quota override, else the
+// plugin's own plan. An invalid quota is reported with the plugin's plan.
+func (a *Advanced) selectPlan(r *Request) (*plan, error) {
+	if p := a.groupPlan(r); p != nil {
+		return p, nil
+	}
+	if len(r.Quota.Limits) == 0 {
+		return a.base, nil
+	}
+	p, err := a.quotaPlan(&r.Quota)
+	if err != nil {
+		return a.base, err
+	}
+	return p, nil
+}
+
+// groupPlan returns the legacy consumer-group override of r, nil when none
+// applies: the first entry of consumer_groups that the consumer belongs to
+// decides, and an entry without an override leaves the plugin's plan.
+func (a *Advanced) groupPlan(r *Request) *plan {
 	if !a.enforce || r.Consumer.ID == "" || len(r.Groups) == 0 {
-		return a.base
+		return nil
 	}
 	for i, ref := range a.groups {
 		for _, g := range r.Groups {
 			if g.matches(ref) {
-				if a.overrides[i] != nil {
-					return a.overrides[i]
-				}
-				return a.base
+				return a.overrides[i]
 			}
 		}
 	}
-	return a.base
+	return nil
+}
+
+// maxQuotaPlans bounds the quota plans one limiter caches; quotas beyond
+// it (and quotas of more than len(quotaKey.limits) limits) are compiled
+// on every request, which costs allocations but decides the same.
+const maxQuotaPlans = 1024
+
+// quotaKey identifies a quota plan: its windows and the window type.
+type quotaKey struct {
+	n      int
+	fixed  bool
+	limits [4]struct {
+		count  int64
+		window time.Duration
+	}
+}
+
+// quotaPlan returns the plan of a quota override: its limits and windows,
+// with the plugin's penalty and jitter settings, and its window type when
+// it sets one (else the plugin's).
+func (a *Advanced) quotaPlan(q *Quota) (*plan, error) {
+	fixed := a.base.fixed
+	if q.WindowTypeSet {
+		alg := q.Limits[0].Algorithm
+		if alg != ratelimit.SlidingWindow && alg != ratelimit.FixedWindow {
+			return nil, fmt.Errorf("%w: window type %s, want sliding or fixed", ErrInvalidQuota, alg)
+		}
+		for _, l := range q.Limits[1:] {
+			if l.Algorithm != alg {
+				return nil, fmt.Errorf("%w: limits of one quota with different window types", ErrInvalidQuota)
+			}
+		}
+		fixed = alg == ratelimit.FixedWindow
+	}
+	for i, l := range q.Limits {
+		if l.Count <= 0 || l.Window < time.Second || l.Window%time.Second != 0 {
+			return nil, fmt.Errorf("%w: limit %d is %d per %s, want a positive count per whole number of seconds", ErrInvalidQuota, i, l.Count, l.Window)
+		}
+	}
+	var k quotaKey
+	cacheable := len(q.Limits) <= len(k.limits)
+	if cacheable {
+		k.n, k.fixed = len(q.Limits), fixed
+		for i, l := range q.Limits {
+			k.limits[i].count, k.limits[i].window = l.Count, l.Window
+		}
+		a.quotaMu.RLock()
+		p := a.quotaPlans[k]
+		a.quotaMu.RUnlock()
+		if p != nil {
+			return p, nil
+		}
+	}
+	counts := make([]int64, len(q.Limits))
+	secs := make([]int64, len(q.Limits))
+	for i, l := range q.Limits {
+		counts[i], secs[i] = l.Count, int64(l.Window/time.Second)
+	}
+	wt := WindowSliding
+	if fixed {
+		wt = WindowFixed
+	}
+	p, err := newPlan(counts, secs, wt, a.disablePenalty, a.base.jitterMax)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidQuota, err)
+	}
+	if cacheable {
+		a.quotaMu.Lock()
+		if a.quotaPlans == nil {
+			a.quotaPlans = make(map[quotaKey]*plan)
+		}
+		if len(a.quotaPlans) < maxQuotaPlans {
+			a.quotaPlans[k] = p
+		}
+		a.quotaMu.Unlock()
+	}
+	return p, nil
 }
 
 // Check decides r (spec §2.4-§3.4): it counts the request in every window
@@ -214,6 +315,10 @@ func (a *Advanced) selectPlan(r *Request) *plan {
 // store already falls back to local counting on its own. When the waiting
 // room cannot be entered because its store failed, the request gets the
 // normal rejection, with the error.
+//
+// A Request.Quota that is not a valid set of limits is not applied: the
+// request is decided on the plugin's own limits and the error, wrapping
+// ErrInvalidQuota, is returned with that result.
 func (a *Advanced) Check(ctx context.Context, r *Request) (Result, error) {
 	return a.CheckAppend(ctx, r, nil)
 }
@@ -227,11 +332,11 @@ func (a *Advanced) CheckAppend(ctx context.Context, r *Request, dst []Header) (R
 		now = time.Now()
 	}
 	key := a.keys.key(r)
-	p := a.selectPlan(r)
+	p, quotaErr := a.selectPlan(r)
 	sr := ratelimit.Request{Key: key, Limits: p.limits, Now: now, Penalty: p.penalty}
 	d, err := a.store.Take(ctx, sr)
 	if err != nil {
-		return Result{Allowed: true, Key: key}, fmt.Errorf("policy: checking namespace %q: %w", a.namespace, err)
+		return Result{Allowed: true, Key: key}, withQuotaErr(fmt.Errorf("policy: checking namespace %q: %w", a.namespace, err), quotaErr)
 	}
 	retries := 0
 	if !d.Allowed && a.throttling.Enabled && !a.shadow {
@@ -239,12 +344,20 @@ func (a *Advanced) CheckAppend(ctx context.Context, r *Request, dst []Header) (R
 		if err != nil {
 			res := a.result(p, key, &d, now, dst)
 			res.Retries = retries
-			return res, err
+			return res, withQuotaErr(err, quotaErr)
 		}
 	}
 	res := a.result(p, key, &d, now, dst)
 	res.Retries = retries
-	return res, nil
+	return res, quotaErr
+}
+
+// withQuotaErr adds an invalid quota's error, if any, to err.
+func withQuotaErr(err, quotaErr error) error {
+	if quotaErr == nil {
+		return err
+	}
+	return errors.Join(err, quotaErr)
 }
 
 // result turns a decision into the response.

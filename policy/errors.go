@@ -15,6 +15,10 @@ var (
 	// ErrStrategyUnavailable is returned by NewAdvanced and NewBasic when
 	// the Registry cannot build a store for the configured strategy.
 	ErrStrategyUnavailable = errors.New("policy: strategy unavailable")
+	// ErrInvalidQuota is wrapped by the error Advanced.Check returns, with
+	// a result decided on the plugin's own limits, when Request.Quota is
+	// not a valid set of limits.
+	ErrInvalidQuota = errors.New("policy: invalid quota")
 )
 
 // A FieldError is one validation failure.

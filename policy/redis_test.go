@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/seed-008287da/sluice/internal/testservers"
+	"github.com/seed-008287da/sluice/ratelimit"
 )
 
 // Tests decide with the caller's clock and give Redis calls time on a
@@ -281,5 +282,45 @@ func TestOnRedisStateUnreachableAtCompile(t *testing.T) {
 	}
 	if _, ok := a.store.(*dialingStore); !ok {
 		t.Fatalf("store %T, want a dialing store", a.store)
+	}
+}
+
+// With sync_rate > 0 the Redis store syncs every counter it holds, so a
+// quota's windows, which are not among the plugin's, are shared across
+// nodes like the plugin's own: node B sees node A's hits under a quota
+// window of an hour on a plugin of one minute.
+func TestRedisPeriodicSyncCarriesQuotaWindows(t *testing.T) {
+	srv := testservers.Redis(t, testservers.RedisOptions{})
+	cfg := `{"limit":[5],"window_size":[60],"window_type":"fixed","namespace":"quota-sync","identifier":"ip","strategy":"redis","sync_rate":0.05,` + redisConfigJSON(srv) + `}`
+	a := newAdvanced(t, newRegistry(t, testRedisOpts), cfg)
+	b := newAdvanced(t, newRegistry(t, testRedisOpts), cfg)
+	q := Quota{Limits: []ratelimit.Limit{{Count: 1000, Window: time.Hour}}}
+	check := func(l *Advanced) Result {
+		t.Helper()
+		r := Request{ClientIP: "10.0.0.1", Now: at(time.Second), Quota: q}
+		res, err := l.Check(context.Background(), &r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Window != time.Hour || res.Limit != 1000 {
+			t.Fatalf("reported window %s limit %d, want the quota's hour and 1000", res.Window, res.Limit)
+		}
+		return res
+	}
+	for range 100 {
+		check(a)
+	}
+	// Each of B's checks is a hit too: B has seen A's hits once its
+	// remaining count is 100 below its own.
+	deadline := time.Now().Add(15 * time.Second)
+	for n := int64(1); ; n++ {
+		res := check(b)
+		if res.Remaining <= 1000-n-100 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node B still shows %d remaining of the quota after %d own hits: node A's 100 never synced", res.Remaining, n)
+		}
+		<-time.After(20 * time.Millisecond) // poll interval, bounded by the deadline
 	}
 }

@@ -91,8 +91,11 @@ type RedisStoreConfig struct {
 	// SyncRate is Kong's sync_rate in seconds: 0 synchronous, > 0 periodic,
 	// -1 never (node-local counting).
 	SyncRate float64
-	// Windows are the window sizes the namespace uses (plugin windows and
-	// override windows), for stores that fetch whole windows.
+	// Windows are the window sizes the namespace's configs use (plugin
+	// windows and consumer-group override windows), for stores that fetch
+	// whole windows. Windows of Request.Quota are not known in advance and
+	// not listed: the default Redis store syncs every counter it holds,
+	// whatever its window.
 	Windows []time.Duration
 	// CallerClock asks the store to decide with Request.Now rather than a
 	// server clock.

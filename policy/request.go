@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"time"
+
+	"github.com/seed-008287da/sluice/ratelimit"
 )
 
 // A Request describes one proxied request, as the adapter (gateway, Kong
@@ -41,8 +43,35 @@ type Request struct {
 	// Dimension is the composite key computed by a business layer (the
 	// dimension identifier, a sluice extension).
 	Dimension string
+	// Quota, when it has limits, replaces the limits and windows of a
+	// rate-limiting-advanced plugin for this request: the quota override a
+	// business layer (package policy/dimensions) found for the request's
+	// dimensions. The zero value means none. The rate-limiting (OSS)
+	// plugin ignores it.
+	Quota Quota
 	// Now is the time of the request. Zero means time.Now().
 	Now time.Time
+}
+
+// A Quota is a per-request override of a rate-limiting-advanced plugin's
+// limit and window_size, applied like a legacy consumer-group override
+// (spec §6.2): the counts and windows are the quota's, counted in the
+// plugin's namespace under the request's usual key, with the plugin's
+// strategy, penalty, jitter, error code, message and header settings; the
+// response headers name the quota's windows. A legacy consumer-group
+// override that applies to the consumer takes precedence over it.
+//
+// In a valid Quota every limit is a positive Count per a Window of a
+// whole number of seconds (Kong's window_size); the headers list them in
+// order (Kong sorts limits ascending). Burst is ignored.
+type Quota struct {
+	// Limits are the quota's limits; empty means no override.
+	Limits []ratelimit.Limit
+	// WindowTypeSet reports that the quota names its window type: the
+	// limits' Algorithm, SlidingWindow or FixedWindow and the same for
+	// every limit, replaces the plugin's window_type. Otherwise the
+	// plugin's window_type applies and Algorithm is ignored.
+	WindowTypeSet bool
 }
 
 // Consumer is an authenticated Kong consumer.

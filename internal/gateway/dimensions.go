@@ -10,6 +10,7 @@ import (
 
 	"github.com/seed-008287da/sluice/internal/configsource"
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+	"github.com/seed-008287da/sluice/policy"
 	"github.com/seed-008287da/sluice/policy/dimensions"
 )
 
@@ -170,8 +171,7 @@ func (d *sluiceDimensions) Access(x *Exchange) error {
 	}
 	x.Identifier = res.Key
 	if res.Overridden {
-		x.Quota = res.Quota.Limits
-		x.QuotaAlgorithmSet = res.Quota.AlgorithmSet
+		x.Quota = policy.Quota{Limits: res.Quota.Limits, WindowTypeSet: res.Quota.AlgorithmSet}
 		x.Outcome("sluice-dimensions", "override")
 		return nil
 	}

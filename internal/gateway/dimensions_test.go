@@ -106,3 +106,20 @@ func TestDimensionsLiveOverridesFile(t *testing.T) {
 		t.Errorf("after reload: %v", r.header)
 	}
 }
+
+// TestDimensionsOverrideWindows: an override's windows replace the
+// plugin's in the headers; an override the policy cannot apply (a window
+// of 1.5 s) leaves the plugin's limits in force, never a failed request.
+func TestDimensionsOverrideWindows(t *testing.T) {
+	up := echoUpstream(t)
+	cfg := strings.Replace(withUpstream(dimsConfig, up), "OVERRIDES_SOURCE", "", 1)
+	cfg = strings.Replace(cfg, "window_type: fixed}\n", "window_type: fixed}\n        - {dimension: tenant, value: hourly, limit: [4], window_size: [3600]}\n        - {dimension: tenant, value: odd, limit: [9], window_size: [1.5]}\n", 1)
+	_, base := startGateway(t, cfg, Options{})
+	r := do(t, "GET", base+"/a", map[string]string{"X-Tenant": "hourly"})
+	if r.status != 200 || r.header.Get("X-RateLimit-Limit-Hour") != "4" || r.header.Get("X-RateLimit-Remaining-Hour") != "3" || r.header.Get("X-RateLimit-Limit-Minute") != "" {
+		t.Errorf("hourly: %d %v, want the override's hour window only", r.status, r.header)
+	}
+	if n := countAllowed(t, base, "/a", map[string]string{"X-Tenant": "odd"}, 3); n != 1 {
+		t.Errorf("odd: %d allowed, want the plugin's 1", n)
+	}
+}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
 	"github.com/seed-008287da/sluice/internal/gateway/router"
-	"github.com/seed-008287da/sluice/ratelimit"
+	"github.com/seed-008287da/sluice/policy"
 )
 
 // An Exchange is one request as plugins see it: read accessors for the
@@ -37,12 +37,10 @@ type Exchange struct {
 	// Identifier is a composite key set by the sluice-dimensions plugin for
 	// the rate-limiting plugins that run after it, or "".
 	Identifier string
-	// Quota, when not nil, replaces the limits of the
-	// rate-limiting-advanced plugin for this request: the quota override
-	// sluice-dimensions found for the key. QuotaAlgorithmSet tells whether
-	// the override chose its own window type.
-	Quota             []ratelimit.Limit
-	QuotaAlgorithmSet bool
+	// Quota, when it has limits, replaces the limits of the
+	// rate-limiting-advanced plugins for this request (policy.Request's
+	// Quota): the quota override sluice-dimensions found for the key.
+	Quota policy.Quota
 	// RequestID is the id sent in X-Kong-Request-Id and in error bodies.
 	RequestID string
 

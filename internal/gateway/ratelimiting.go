@@ -7,13 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
-	"sync"
-	"time"
 
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
 	"github.com/seed-008287da/sluice/policy"
-	"github.com/seed-008287da/sluice/ratelimit"
 )
 
 // checker is what both rate-limiting plugins compile to.
@@ -30,19 +26,7 @@ type rateLimiting struct {
 	c     checker
 	scope policy.Group
 	log   *slog.Logger
-
-	// For rate-limiting-advanced: the config and the limiters compiled
-	// for quota overrides, one per distinct set of limits, sharing the
-	// namespace (and so the counters) of the plugin.
-	cfg      *policy.AdvancedConfig
-	reg      *policy.Registry
-	mu       sync.Mutex
-	variants map[string]*policy.Advanced
 }
-
-// maxVariants bounds the limiters compiled for distinct quota overrides of
-// one plugin instance.
-const maxVariants = 1024
 
 func newRateLimitingAdvanced(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 	raw, err := withKongKeys(raw, env.Entity, true)
@@ -65,9 +49,7 @@ func newRateLimitingAdvanced(raw json.RawMessage, env *BuildEnv) (Plugin, error)
 	if err != nil {
 		return nil, policyErrors(err)
 	}
-	rl := newRateLimitingPlugin("rate-limiting-advanced", a, env)
-	rl.cfg, rl.reg = cfg, env.Shared.Policy()
-	return rl, nil
+	return newRateLimitingPlugin("rate-limiting-advanced", a, env), nil
 }
 
 func newRateLimitingBasic(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
@@ -135,59 +117,7 @@ func policyErrors(err error) error {
 	return out
 }
 
-func (rl *rateLimiting) Close() error {
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	errs := []error{rl.c.Close()}
-	for _, v := range rl.variants {
-		errs = append(errs, v.Close())
-	}
-	rl.variants = nil
-	return errors.Join(errs...)
-}
-
-// variant returns the limiter of a quota override: the plugin's config
-// with the override's limits.
-func (rl *rateLimiting) variant(q []ratelimit.Limit, algSet bool) (checker, error) {
-	var b strings.Builder
-	for _, l := range q {
-		b.WriteString(l.String())
-		b.WriteByte(';')
-	}
-	fp := b.String()
-	rl.mu.Lock()
-	defer rl.mu.Unlock()
-	if v, ok := rl.variants[fp]; ok {
-		return v, nil
-	}
-	if len(rl.variants) >= maxVariants {
-		return nil, fmt.Errorf("gateway: more than %d distinct quota overrides", maxVariants)
-	}
-	cfg := *rl.cfg
-	cfg.Limit, cfg.WindowSize = nil, nil
-	for _, l := range q {
-		if l.Window%time.Second != 0 {
-			return nil, fmt.Errorf("gateway: quota window %s is not a whole number of seconds", l.Window)
-		}
-		cfg.Limit = append(cfg.Limit, l.Count)
-		cfg.WindowSize = append(cfg.WindowSize, int64(l.Window/time.Second))
-	}
-	if algSet && len(q) > 0 {
-		cfg.WindowType = policy.WindowSliding
-		if q[0].Algorithm == ratelimit.FixedWindow {
-			cfg.WindowType = policy.WindowFixed
-		}
-	}
-	a, err := policy.NewAdvanced(&cfg, rl.reg)
-	if err != nil {
-		return nil, err
-	}
-	if rl.variants == nil {
-		rl.variants = map[string]*policy.Advanced{}
-	}
-	rl.variants[fp] = a
-	return a, nil
-}
+func (rl *rateLimiting) Close() error { return rl.c.Close() }
 
 func (rl *rateLimiting) Access(x *Exchange) error {
 	req := policy.Request{
@@ -198,6 +128,7 @@ func (rl *rateLimiting) Access(x *Exchange) error {
 		Header:       x.Header,
 		ScopeGroup:   rl.scope,
 		Dimension:    x.Identifier,
+		Quota:        x.Quota,
 		Now:          x.Now,
 	}
 	if x.Route != nil {
@@ -212,21 +143,19 @@ func (rl *rateLimiting) Access(x *Exchange) error {
 			req.Groups = append(req.Groups, policy.Group{ID: g.ID, Name: g.Name})
 		}
 	}
-	c := rl.c
-	if x.Quota != nil && rl.cfg != nil {
-		v, err := rl.variant(x.Quota, x.QuotaAlgorithmSet)
-		if err != nil {
-			return err
-		}
-		c = v
-	}
 	var res policy.Result
 	var err error
-	if a, ok := c.(*policy.Advanced); ok {
+	if a, ok := rl.c.(*policy.Advanced); ok {
 		var buf [8]policy.Header // the usual headers, without an allocation
 		res, err = a.CheckAppend(x.Context, &req, buf[:0])
 	} else {
-		res, err = c.Check(x.Context, &req)
+		res, err = rl.c.Check(x.Context, &req)
+	}
+	if errors.Is(err, policy.ErrInvalidQuota) {
+		// Decided on the plugin's own limits; the override is at fault,
+		// not the store.
+		rl.log.Warn("ignoring quota override", "plugin", rl.name, "key", x.Identifier, "error", err.Error())
+		err = nil
 	}
 	if err != nil {
 		x.StoreError(rl.name, err)

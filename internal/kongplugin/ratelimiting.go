@@ -6,14 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/Kong/go-pdk"
 	"github.com/Kong/go-pdk/entities"
 
 	"github.com/seed-008287da/sluice/policy"
-	"github.com/seed-008287da/sluice/ratelimit"
 )
 
 // RateLimitingPriority is Kong's priority of rate-limiting-advanced and
@@ -60,9 +57,6 @@ type rlaCompiled struct {
 	groupKey    string
 	groupHeader string
 	scope       policy.Group
-
-	mu       sync.Mutex
-	variants map[string]*policy.Advanced // by quota, see variant
 }
 
 func (c *RateLimitingConfig) compiled() (*rlaCompiled, error) {
@@ -123,7 +117,7 @@ func (c *RateLimitingConfig) parse(raw []byte) (*rlaCompiled, error) {
 		}
 	}
 	rc := &rlaCompiled{cfg: cfg, sharedKey: DefaultSharedKey, groupSource: "consumer_tags",
-		groupKey: DefaultSharedKey, variants: map[string]*policy.Advanced{}}
+		groupKey: DefaultSharedKey}
 	errs = append(errs, rc.extensions(c)...)
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%w: sluice-rate-limiting: %s", ErrInvalidConfig, joinErrs(errs))
@@ -197,47 +191,6 @@ func (rc *rlaCompiled) plan() {
 	}
 }
 
-// variant returns the limiter for a quota override from kong.ctx.shared:
-// the same config (namespace, identifier, strategy) with the override's
-// limits. Variants are compiled once per distinct quota.
-func (rc *rlaCompiled) variant(q []ratelimit.Limit, algSet bool) (*policy.Advanced, error) {
-	var b strings.Builder
-	for _, l := range q {
-		b.WriteString(l.String())
-		b.WriteByte(';')
-	}
-	fp := b.String()
-	rc.mu.Lock()
-	defer rc.mu.Unlock()
-	if a, ok := rc.variants[fp]; ok {
-		return a, nil
-	}
-	if len(rc.variants) >= maxCompiled {
-		return nil, fmt.Errorf("kongplugin: more than %d distinct quota overrides", maxCompiled)
-	}
-	cfg := *rc.cfg
-	cfg.Limit, cfg.WindowSize = nil, nil
-	for _, l := range q {
-		if l.Window%time.Second != 0 {
-			return nil, fmt.Errorf("kongplugin: quota window %s is not a whole number of seconds", l.Window)
-		}
-		cfg.Limit = append(cfg.Limit, l.Count)
-		cfg.WindowSize = append(cfg.WindowSize, int64(l.Window/time.Second))
-	}
-	if algSet {
-		cfg.WindowType = policy.WindowSliding
-		if q[0].Algorithm == ratelimit.FixedWindow {
-			cfg.WindowType = policy.WindowFixed
-		}
-	}
-	a, err := policy.NewAdvanced(&cfg, rc.p.registry)
-	if err != nil {
-		return nil, err
-	}
-	rc.variants[fp] = a
-	return a, nil
-}
-
 // Access decides the request and applies the result: on an allowed
 // request its headers in one SetHeaders call (none when hidden), on a
 // rejection one Exit with status, JSON body and headers.
@@ -256,15 +209,18 @@ func (c *RateLimitingConfig) Access(kong *pdk.PDK) {
 		return
 	}
 	req := policy.Request{Now: c.p.now()}
-	adv := rc.adv
-	if err := rc.read(kong, &req, &adv); err != nil {
+	if err := rc.read(kong, &req); err != nil {
 		// Kong's rate limiter never fails a request for its own reasons:
 		// log, and let it through without headers.
 		_ = kong.Log.Err("sluice-rate-limiting: reading request: ", err.Error())
 		return
 	}
-	res, err := adv.Check(context.Background(), &req)
-	if err != nil {
+	res, err := rc.adv.Check(context.Background(), &req)
+	switch {
+	case errors.Is(err, policy.ErrInvalidQuota):
+		// Decided on the plugin's own limits.
+		_ = kong.Log.Warn("sluice-rate-limiting: ignoring quota override: ", err.Error())
+	case err != nil:
 		_ = kong.Log.Err("sluice-rate-limiting: ", err.Error())
 	}
 	h := make(map[string][]string, len(res.Headers))
@@ -285,11 +241,12 @@ func (c *RateLimitingConfig) Access(kong *pdk.PDK) {
 	kong.Response.Exit(res.Status, res.Body, h)
 }
 
-// read fills req with what the config needs, and picks the quota variant.
+// read fills req with what the config needs, the quota override from
+// kong.ctx.shared included.
 // Compound items are read first (they take precedence), the identifier's
 // attribute only when the compound key is incomplete, and the IP only when
 // neither gives a key.
-func (rc *rlaCompiled) read(kong *pdk.PDK, req *policy.Request, adv **policy.Advanced) error {
+func (rc *rlaCompiled) read(kong *pdk.PDK, req *policy.Request) error {
 	r := reader{rc: rc, kong: kong, req: req}
 	if rc.readShared {
 		v, err := kong.Ctx.GetSharedAny(rc.sharedKey)
@@ -301,14 +258,7 @@ func (rc *rlaCompiled) read(kong *pdk.PDK, req *policy.Request, adv **policy.Adv
 			r.rec = sharedRecord{}
 		}
 		req.Dimension = r.rec.Key
-		if len(r.rec.Quota) > 0 {
-			a, err := rc.variant(r.rec.Quota, r.rec.QuotaAlgorithmSet)
-			if err != nil {
-				_ = kong.Log.Warn("sluice-rate-limiting: ignoring quota override: ", err.Error())
-			} else {
-				*adv = a
-			}
-		}
+		req.Quota = policy.Quota{Limits: r.rec.Quota, WindowTypeSet: r.rec.QuotaAlgorithmSet}
 	}
 	cfg := rc.cfg
 	for _, id := range cfg.CompoundIdentifier {

@@ -1,6 +1,7 @@
 package kongplugin
 
 import (
+	"fmt"
 	"net/http"
 	"slices"
 	"strconv"
@@ -168,6 +169,42 @@ func TestRateLimitingWithDimensions(t *testing.T) {
 	}
 	if k := send("", "10.0.0.9"); k.Exit() == nil {
 		t.Fatal("IP fallback not limited")
+	}
+}
+
+// A quota's windows replace the plugin's in the headers, with no limiter
+// compiled per quota: many distinct quotas all apply. A quota the policy
+// cannot apply (a 1.5 s window) leaves the plugin's limits, with a warning.
+func TestRateLimitingQuotaWindows(t *testing.T) {
+	p, _ := newTestProcess(t, Options{})
+	overrides := `{"dimension": "tenant", "value": "hourly", "limit": [4], "window_size": [3600]},
+		{"dimension": "tenant", "value": "odd", "limit": [9], "window_size": [1.5]}`
+	for i := range 600 {
+		overrides += fmt.Sprintf(`, {"dimension": "tenant", "value": "t%d", "limit": [%d], "window_size": [60]}`, i, 10+i)
+	}
+	dims := instance[*DimensionsConfig](t, p.NewDimensions, `{
+		"dimensions": [{"name": "tenant", "type": "header", "header": "X-Tenant"}], "overrides": [`+overrides+`]}`)
+	rl := instance[*RateLimitingConfig](t, p.NewRateLimiting, `{"limit": [2], "window_size": [60], "identifier": "ip", "shared_key": "sluice", "namespace": "quota"}`)
+	send := func(tenant string) *kongtest.Kong {
+		k := kongtest.New(t, kongtest.Request{ForwardedIP: "10.0.0.1", Headers: http.Header{"X-Tenant": {tenant}}})
+		k.Run(dims.Access)
+		k.Run(rl.Access)
+		return k
+	}
+	if h := send("hourly").ResponseHeaders(); h.Get("X-RateLimit-Limit-Hour") != "4" || h.Get("X-RateLimit-Remaining-Hour") != "3" || h.Get("X-RateLimit-Limit-Minute") != "" {
+		t.Errorf("hourly: headers %v, want the quota's hour window only", h)
+	}
+	k := send("odd")
+	if k.Exit() != nil || k.ResponseHeaders().Get("X-RateLimit-Limit-Minute") != "2" {
+		t.Errorf("odd: exit %+v headers %v, want the plugin's limit", k.Exit(), k.ResponseHeaders())
+	}
+	if logs := strings.Join(k.Logs(), "\n"); !strings.Contains(logs, "ignoring quota override") {
+		t.Errorf("odd: logs %q, want a warning", logs)
+	}
+	for i := range 600 {
+		if h := send(fmt.Sprintf("t%d", i)).ResponseHeaders(); h.Get("X-RateLimit-Limit-Minute") != strconv.Itoa(10+i) {
+			t.Fatalf("tenant t%d: headers %v, want its quota %d", i, h, 10+i)
+		}
 	}
 }
 
