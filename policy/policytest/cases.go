@@ -7,7 +7,10 @@
 // requests, each with the identity the adapter must present (client IP,
 // consumer, credential, route, service, path, headers) and the expected
 // answer (status, body, headers). Adapters translate an Identity into
-// their own request form and compare with Check.
+// their own request form and compare with Check. The engine
+// (policy/cases_test.go), the Kong plugin through its fake Kong
+// (internal/kongplugin) and the gateway over real sockets
+// (internal/gateway) run every case.
 package policytest
 
 import (
