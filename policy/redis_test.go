@@ -324,3 +324,39 @@ func TestRedisPeriodicSyncCarriesQuotaWindows(t *testing.T) {
 		<-time.After(20 * time.Millisecond) // poll interval, bounded by the deadline
 	}
 }
+
+// A reload that fixes a namespace's Redis address: the old store, still
+// counting locally, keeps the namespace degraded until it closes; the new
+// one answers, so closing the old reports the namespace healthy.
+func TestOnRedisStateReloadFixesAddress(t *testing.T) {
+	srv := testservers.Redis(t, testservers.RedisOptions{})
+	gone := testservers.Redis(t, testservers.RedisOptions{})
+	gone.Stop()
+	opts, ch := redisStateRecorder()
+	reg := newRegistry(t, opts)
+	cfg := func(s *testservers.RedisServer) string {
+		return `{"limit":[10],"window_size":[60],"namespace":"moved","identifier":"ip","strategy":"redis","sync_rate":0,` + redisConfigJSON(s) + `}`
+	}
+	old := newAdvanced(t, reg, cfg(gone))
+	if ev := <-ch; ev.namespace != "moved" || !ev.degraded {
+		t.Fatalf("wrong address: %+v, want moved degraded", ev)
+	}
+	fixed := newAdvanced(t, reg, cfg(srv))
+	runCalls(t, fixed, []call{{t: 0, allowed: true}})
+	select {
+	case ev := <-ch:
+		t.Fatalf("state change %+v while the old store still counts locally", ev)
+	default:
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-ch:
+		if ev.namespace != "moved" || ev.degraded {
+			t.Fatalf("after the old store closed: %+v, want moved not degraded", ev)
+		}
+	default:
+		t.Fatal("no state change when the last degraded store closed")
+	}
+}

@@ -34,6 +34,11 @@ type Registry struct {
 
 	pins pinTable
 
+	// healthMu guards degraded: per namespace, the number of default
+	// Redis stores counting locally (see namespaceHealth).
+	healthMu sync.Mutex
+	degraded map[string]int
+
 	// leasePrefix and leaseSeq make waiting-room lease ids unique across
 	// processes that share a Redis.
 	leasePrefix string
@@ -61,17 +66,18 @@ type RegistryOptions struct {
 	// Logger receives the default Redis stores' state changes (fallback to
 	// local counters and back); nil discards them.
 	Logger *slog.Logger
-	// OnRedisState, when set, is called by the default Redis stores once
-	// per change of a namespace's Redis state: degraded true with the
-	// cause when the namespace starts counting locally because Redis does
-	// not answer (at compile time, when the first dial fails, or later,
-	// when a call fails), degraded false when Redis answers again. Probing
-	// a failed Redis is not a change. Calls for one store come in order;
-	// a namespace whose Redis config or sync_rate changes on reload gets a
-	// new store, whose first report may follow the old store's last. It
-	// must not block or call into the Registry: it may run while a store
-	// or the Registry is locked. Stores built by NewRedisStore report
-	// nothing through it.
+	// OnRedisState, when set, is called once per change of a namespace's
+	// Redis state, in order: degraded true, with the cause, when the
+	// namespace starts counting locally because Redis does not answer (at
+	// compile time, when the first dial fails, or later, when a call
+	// fails); degraded false when Redis answers again. Probing a failed
+	// Redis is not a change. A namespace is degraded while any of its
+	// open default Redis stores is (a reload that changes its Redis config
+	// briefly has two), so closing the last degraded store, say after a
+	// reload that fixed the Redis address, reports false too. It must not
+	// block or call into the Registry: it may run while a store or the
+	// Registry is locked. Stores built by NewRedisStore report nothing
+	// through it.
 	OnRedisState func(namespace string, degraded bool, err error)
 	// RedisTimeout bounds every call of the default Redis stores; a
 	// decision whose call does not return in time is decided with local
@@ -117,7 +123,7 @@ func NewRegistry(opts RegistryOptions) *Registry {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+).
 	r := &Registry{opts: opts, stores: make(map[storeKey]*storeEntry), clients: make(map[string]*redisClient),
-		leasePrefix: hex.EncodeToString(b) + "-"}
+		leasePrefix: hex.EncodeToString(b) + "-", degraded: make(map[string]int)}
 	if r.opts.Rand == nil {
 		r.opts.Rand = mrand.Float64
 	}

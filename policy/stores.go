@@ -37,13 +37,80 @@ type redisClient struct {
 // reference on the shared client.
 type sharedRedisStore struct {
 	*redisstore.Store
+	health  *redisHealth
 	release func()
 }
 
 func (s sharedRedisStore) Close() error {
 	err := s.Store.Close()
+	s.health.close()
 	s.release()
 	return err
+}
+
+// redisHealth follows whether one default Redis store counts locally,
+// for RegistryOptions.OnRedisState.
+type redisHealth struct {
+	r  *Registry
+	ns string
+
+	mu       sync.Mutex
+	degraded bool
+	closed   bool
+}
+
+// set records the store's state; only a change is passed on.
+func (h *redisHealth) set(degraded bool, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || h.degraded == degraded {
+		return
+	}
+	h.degraded = degraded
+	h.r.namespaceHealth(h.ns, degraded, err)
+}
+
+// close withdraws the store from its namespace's state: a closed store no
+// longer keeps the namespace degraded.
+func (h *redisHealth) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	h.closed = true
+	if h.degraded {
+		h.r.namespaceHealth(h.ns, false, nil)
+	}
+}
+
+// namespaceHealth counts the degraded default Redis stores of a namespace
+// (during a reload the old and the new store may both be open) and reports
+// to OnRedisState when the first one degrades and when the last one
+// answers again or closes.
+func (r *Registry) namespaceHealth(ns string, degraded bool, err error) {
+	r.healthMu.Lock()
+	defer r.healthMu.Unlock()
+	n := r.degraded[ns]
+	if degraded {
+		n++
+	} else {
+		n--
+	}
+	if n <= 0 {
+		delete(r.degraded, ns)
+	} else {
+		r.degraded[ns] = n
+	}
+	if r.opts.OnRedisState == nil {
+		return
+	}
+	switch {
+	case degraded && n == 1:
+		r.opts.OnRedisState(ns, true, err)
+	case !degraded && n == 0:
+		r.opts.OnRedisState(ns, false, nil)
+	}
 }
 
 // newDefaultRedisStore builds a namespace's Redis store over the client
@@ -69,10 +136,9 @@ func (r *Registry) newDefaultRedisStore(cfg RedisStoreConfig) (ratelimit.Store, 
 				r.opts.Logger.Warn("policy: redis unreachable, counting locally until it answers",
 					"namespace", cfg.Namespace, "error", err)
 			}
-			if r.opts.OnRedisState != nil {
-				r.opts.OnRedisState(cfg.Namespace, true, err)
-			}
-			return newDialingStore(r, cfg, fp), nil
+			s := newDialingStore(r, cfg, fp)
+			s.health.set(true, err)
+			return s, nil
 		}
 		r.clients[fp] = &redisClient{c: c}
 	}
@@ -87,17 +153,16 @@ func (r *Registry) redisStoreLocked(cfg RedisStoreConfig, fp string) (ratelimit.
 	if cfg.SyncRate >= 0 {
 		syncRate = time.Duration(cfg.SyncRate * float64(time.Second))
 	}
+	health := &redisHealth{r: r, ns: cfg.Namespace}
 	st, err := redisstore.New(rc.c, redisstore.Options{
 		Namespace:   cfg.Namespace,
 		SyncRate:    syncRate,
 		CallerClock: r.opts.RedisCallerClock || cfg.CallerClock,
 		Timeout:     r.opts.RedisTimeout,
 		Logger:      r.opts.Logger,
-		OnStateChange: func(from, to redisstore.State, err error) {
+		OnStateChange: func(_, to redisstore.State, err error) {
 			// Fallback and probing are both "counting locally".
-			if degraded := to != redisstore.StateConnected; degraded != (from != redisstore.StateConnected) && r.opts.OnRedisState != nil {
-				r.opts.OnRedisState(cfg.Namespace, degraded, err)
-			}
+			health.set(to != redisstore.StateConnected, err)
 		},
 	})
 	if err != nil {
@@ -108,7 +173,7 @@ func (r *Registry) redisStoreLocked(cfg RedisStoreConfig, fp string) (ratelimit.
 		return nil, err
 	}
 	rc.refs++
-	return sharedRedisStore{Store: st, release: func() {
+	return sharedRedisStore{Store: st, health: health, release: func() {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		rc.refs--
@@ -142,6 +207,8 @@ type dialingStore struct {
 	stop  chan struct{}
 	done  chan struct{}
 	once  sync.Once
+	// health is degraded until the store uses Redis.
+	health *redisHealth
 	// connected is closed once the store uses Redis.
 	connected chan struct{}
 }
@@ -150,7 +217,8 @@ var _ ratelimit.Store = (*dialingStore)(nil)
 
 func newDialingStore(r *Registry, cfg RedisStoreConfig, fp string) *dialingStore {
 	s := &dialingStore{r: r, cfg: cfg, fp: fp, local: memorystore.New(memorystore.Options{}),
-		stop: make(chan struct{}), done: make(chan struct{}), connected: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), connected: make(chan struct{}),
+		health: &redisHealth{r: r, ns: cfg.Namespace}}
 	go s.loop()
 	return s
 }
@@ -198,9 +266,7 @@ func (s *dialingStore) connect() bool {
 	if s.r.opts.Logger != nil {
 		s.r.opts.Logger.Info("policy: redis answers, namespace counts in redis", "namespace", s.cfg.Namespace)
 	}
-	if s.r.opts.OnRedisState != nil {
-		s.r.opts.OnRedisState(s.cfg.Namespace, false, nil)
-	}
+	s.health.set(false, nil)
 	return true
 }
 
@@ -235,6 +301,7 @@ func (s *dialingStore) Close() error {
 	s.once.Do(func() {
 		close(s.stop)
 		<-s.done
+		s.health.close()
 		err = s.local.Close()
 		if p := s.redis.Load(); p != nil {
 			err = errors.Join(err, (*p).Close())
