@@ -102,3 +102,28 @@ func TestKongLayoutPeriodic(t *testing.T) {
 		}
 	}
 }
+
+func TestKongLayoutCluster(t *testing.T) {
+	// Kong's hashes of one decision sit in different slots (one per
+	// window): the commands go out in one pipeline that the client splits
+	// by node, and the windows still count exactly.
+	_, c := cluster(t)
+	a := newStore(t, c, Options{Namespace: "kc", KongLayout: true, ManualSync: true, Strict: true})
+	b := newStore(t, c, Options{Namespace: "kc", KongLayout: true, ManualSync: true, Strict: true})
+	lims := []ratelimit.Limit{ratelimit.PerMinute(3).Fixed(), ratelimit.PerHour(4).Fixed()}
+	now := ratelimittest.At(30 * time.Second)
+	want := []bool{true, true, true, false}
+	for i, s := range []*Store{a, b, a, b} {
+		d := take(t, s, ratelimit.Request{Key: "u", Limits: lims, Now: now})
+		if d.Allowed != want[i] {
+			t.Fatalf("call %d: allowed %v, want %v", i, d.Allowed, want[i])
+		}
+	}
+	// Next minute: the minute window is fresh, the hour has 3 of 4.
+	now = now.Add(time.Minute)
+	for i, w := range []bool{true, false} {
+		if d := take(t, a, ratelimit.Request{Key: "u", Limits: lims, Now: now}); d.Allowed != w {
+			t.Fatalf("next minute, call %d: allowed %v, want %v", i, d.Allowed, w)
+		}
+	}
+}
