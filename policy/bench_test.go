@@ -105,3 +105,39 @@ func BenchmarkCheckAppend(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkCheckAppendQuota is BenchmarkCheckAppend with every request
+// carrying a quota override of two windows (one of 16 distinct quotas, as
+// a few tenants with overrides would): the quota's plan comes from the
+// limiter's cache.
+func BenchmarkCheckAppendQuota(b *testing.B) {
+	reg := NewRegistry(RegistryOptions{})
+	defer reg.Close()
+	cfg, err := ParseAdvanced([]byte(`{"limit":[10],"window_size":[60],"namespace":"bench","identifier":"ip"}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := NewAdvanced(cfg, reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	quotas := make([]Quota, 16)
+	for i := range quotas {
+		quotas[i] = Quota{Limits: []ratelimit.Limit{ratelimit.Every(int64(1000+i), time.Second), ratelimit.Every(60000, time.Minute)}}
+	}
+	ips := benchIPs()
+	ctx := context.Background()
+	now := time.Unix(1_700_000_000, 0)
+	buf := make([]Header, 0, 16)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		q := i % benchKeys % len(quotas) // one quota per client
+		r := Request{ClientIP: ips[i%benchKeys], Now: now, Quota: quotas[q]}
+		res, err := a.CheckAppend(ctx, &r, buf[:0])
+		if err != nil || !res.Allowed || len(res.Headers) != 7 || res.Limit != int64(1000+q) {
+			b.Fatalf("result %+v, %v", res, err)
+		}
+	}
+}
