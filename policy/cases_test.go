@@ -55,6 +55,9 @@ func TestAdvancedCases(t *testing.T) {
 					},
 					Now: c.Start.Add(st.At),
 				}
+				if id.Quota != nil {
+					r.Quota.Limits, r.Quota.WindowTypeSet = id.Quota.Limits()
+				}
 				res, err := a.Check(context.Background(), &r)
 				if err != nil {
 					t.Fatalf("step %d: %v", i, err)

@@ -64,7 +64,10 @@ func TestAdvancedBehaviourCases(t *testing.T) {
 // of one case: a service per ServiceID (ids kept), a route per distinct
 // (service, route, authenticated) triple told apart by host, key-auth on
 // the authenticated routes only (anonymous requests stay anonymous), and a
-// consumer with a key per credential. The case's plugin is global.
+// consumer with a key per credential. The case's plugin is global. Steps
+// with a quota add a global sluice-dimensions plugin keyed by the header
+// X-Case-Quota, with one inline override per distinct quota; its key is
+// unused unless the case's identifier is "dimension".
 //
 // The gateway always matches a route and a service, and key-auth always
 // yields both a consumer and a credential, so an identity lacking one of
@@ -78,7 +81,11 @@ type caseConfig struct {
 	config string
 	hosts  map[routeKey]string
 	keys   map[string]string // credential id -> key
+	quotas map[string]string // quotaName -> X-Case-Quota value
 }
+
+// quotaName identifies a quota by value.
+func quotaName(q *policytest.Quota) string { return fmt.Sprint(*q) }
 
 type routeKey struct {
 	service, route string
@@ -97,7 +104,8 @@ func identityCredential(id policytest.Identity) (consumerID, credID string) {
 }
 
 func newCaseConfig(tc *policytest.Case, upstream string) (*caseConfig, error) {
-	cc := &caseConfig{hosts: map[routeKey]string{}, keys: map[string]string{}}
+	cc := &caseConfig{hosts: map[routeKey]string{}, keys: map[string]string{}, quotas: map[string]string{}}
+	var overrides []map[string]any
 	type credential struct {
 		ID  string `json:"id"`
 		Key string `json:"key"`
@@ -138,6 +146,17 @@ func newCaseConfig(tc *policytest.Case, upstream string) (*caseConfig, error) {
 			byID[svcID] = s
 			services = append(services, s)
 		}
+		if q := id.Quota; q != nil {
+			if _, ok := cc.quotas[quotaName(q)]; !ok {
+				v := fmt.Sprintf("q%d", len(cc.quotas))
+				cc.quotas[quotaName(q)] = v
+				o := map[string]any{"dimension": "quota", "value": v, "limit": q.Limit, "window_size": q.WindowSize}
+				if q.WindowType != "" {
+					o["window_type"] = q.WindowType
+				}
+				overrides = append(overrides, o)
+			}
+		}
 		consumerID, credID := identityCredential(id)
 		rk := routeKey{svcID, id.RouteID, consumerID != ""}
 		if _, ok := cc.hosts[rk]; !ok {
@@ -170,10 +189,18 @@ func newCaseConfig(tc *policytest.Case, upstream string) (*caseConfig, error) {
 			c.Credentials = append(c.Credentials, credential{ID: credID, Key: cc.keys[credID]})
 		}
 	}
+	plugins := []map[string]any{{"name": "rate-limiting-advanced", "config": json.RawMessage(tc.Config)}}
+	if len(overrides) > 0 {
+		plugins = append(plugins, map[string]any{"name": "sluice-dimensions", "config": map[string]any{
+			"key_prefix": "case",
+			"dimensions": []map[string]any{{"name": "quota", "type": "header", "header": "X-Case-Quota"}},
+			"overrides":  overrides,
+		}})
+	}
 	doc := map[string]any{
 		"_format_version": "3.0",
 		"services":        services,
-		"plugins":         []map[string]any{{"name": "rate-limiting-advanced", "config": json.RawMessage(tc.Config)}},
+		"plugins":         plugins,
 	}
 	if len(order) > 0 {
 		cs := make([]*consumer, len(order))
@@ -204,6 +231,9 @@ func (cc *caseConfig) headers(id policytest.Identity) map[string]string {
 	}
 	h["Host"] = cc.hosts[routeKey{svcID, id.RouteID, consumerID != ""}]
 	h["X-Real-IP"] = id.IP
+	if id.Quota != nil {
+		h["X-Case-Quota"] = cc.quotas[quotaName(id.Quota)]
+	}
 	if consumerID != "" {
 		h["apikey"] = cc.keys[credID]
 	}

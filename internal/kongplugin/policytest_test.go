@@ -2,6 +2,7 @@ package kongplugin
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/Kong/go-pdk/client"
@@ -13,13 +14,22 @@ import (
 
 // TestAdvancedBehaviourCases runs the behaviour cases shared with the
 // gateway (package policytest) through the fake Kong and the real
-// sluice-rate-limiting handler, with the clock set to each step's time.
+// sluice-rate-limiting handler, with the clock set to each step's time. A
+// step's quota is in kong.ctx.shared as sluice-dimensions writes it, read
+// through shared_key (without a key there, the identifier still counts).
 func TestAdvancedBehaviourCases(t *testing.T) {
 	for _, tc := range policytest.AdvancedCases() {
 		t.Run(tc.Name, func(t *testing.T) {
 			p, clk := newTestProcess(t, Options{})
 			clk.Set(tc.Start)
-			cfg := instance[*RateLimitingConfig](t, p.NewRateLimiting, tc.Config)
+			conf := tc.Config
+			for _, st := range tc.Steps {
+				if st.Identity.Quota != nil {
+					conf = strings.TrimSuffix(strings.TrimSpace(conf), "}") + `, "shared_key": "` + DefaultSharedKey + `"}`
+					break
+				}
+			}
+			cfg := instance[*RateLimitingConfig](t, p.NewRateLimiting, conf)
 			for i, st := range tc.Steps {
 				clk.Set(tc.Start.Add(st.At))
 				k := kongtest.New(t, kongRequest(st.Identity))
@@ -56,6 +66,11 @@ func kongRequest(id policytest.Identity) kongtest.Request {
 		for k, v := range id.Headers {
 			r.Headers.Set(k, v)
 		}
+	}
+	if id.Quota != nil {
+		rec := sharedRecord{}
+		rec.Quota, rec.QuotaAlgorithmSet = id.Quota.Limits()
+		r.Shared = map[string]any{DefaultSharedKey: rec.encode()}
 	}
 	return r
 }

@@ -18,6 +18,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/seed-008287da/sluice/ratelimit"
 )
 
 // Identity is what an adapter knows about one request.
@@ -39,6 +41,34 @@ type Identity struct {
 	Path string
 	// Headers are request headers, one value each.
 	Headers map[string]string
+	// Quota is the quota override a business layer found for the request
+	// (policy.Request.Quota); nil means none. The gateway presents it
+	// through a sluice-dimensions plugin, the Kong plugin through
+	// kong.ctx.shared.
+	Quota *Quota
+}
+
+// Quota is a quota override in Kong's terms: limit and window_size
+// arrays of one length (seconds), and window_type when the override names
+// one.
+type Quota struct {
+	Limit      []int64
+	WindowSize []int64
+	// WindowType is "sliding", "fixed", or empty for the plugin's.
+	WindowType string
+}
+
+// Limits returns q as a policy.Quota carries it: the limits, and whether
+// their algorithm replaces the plugin's window type.
+func (q *Quota) Limits() (limits []ratelimit.Limit, windowTypeSet bool) {
+	alg := ratelimit.SlidingWindow
+	if q.WindowType == "fixed" {
+		alg = ratelimit.FixedWindow
+	}
+	for i := range q.Limit {
+		limits = append(limits, ratelimit.Limit{Algorithm: alg, Count: q.Limit[i], Window: time.Duration(q.WindowSize[i]) * time.Second})
+	}
+	return limits, q.WindowType != ""
 }
 
 // Step is one request of a timeline and its expected answer.
@@ -108,6 +138,11 @@ var t0 = time.Unix(1_767_225_600, 0).UTC() // 2026-01-01T00:00:00Z
 const rejected = `{"message":"API rate limit exceeded"}`
 
 func ip(a string) Identity { return Identity{IP: a} }
+
+// tenSeconds returns a quota of 3 per 10 s.
+func tenSeconds() *Quota { return &Quota{Limit: []int64{3}, WindowSize: []int64{10}} }
+
+func withQuota(fromIP string, q *Quota) Identity { return Identity{IP: fromIP, Quota: q} }
 
 func consumer(id, fromIP string) Identity {
 	return Identity{IP: fromIP, ConsumerID: id, ConsumerUsername: "u-" + id}
@@ -196,6 +231,27 @@ func AdvancedCases() []Case {
 				// No consumer: counted by IP, which has no hits yet.
 				{At: 2 * time.Second, Identity: Identity{IP: "10.0.0.3", ServiceID: "s1"}},
 				{At: 3 * time.Second, Identity: Identity{IP: "10.0.0.3", ServiceID: "s2"}, Status: 429},
+			},
+		},
+		{
+			// A quota override replaces limit and window_size for the
+			// requests that carry it (headers name its windows) and keeps
+			// the plugin's window type unless it names one; requests
+			// without it keep the plugin's limits.
+			Name:   "quota override replaces the windows",
+			Config: `{"limit": [2], "window_size": [60], "window_type": "fixed", "identifier": "ip", "namespace": "quota"}`,
+			Start:  t0,
+			Steps: []Step{
+				{At: 0, Identity: withQuota("10.0.0.1", tenSeconds()), Headers: map[string]string{"X-RateLimit-Limit-10": "3", "X-RateLimit-Remaining-10": "2", "X-RateLimit-Limit-Minute": "", "RateLimit-Limit": "3"}},
+				{At: time.Second, Identity: withQuota("10.0.0.1", tenSeconds()), Headers: map[string]string{"X-RateLimit-Remaining-10": "1"}},
+				{At: 2 * time.Second, Identity: withQuota("10.0.0.1", tenSeconds()), Headers: map[string]string{"X-RateLimit-Remaining-10": "0"}},
+				{At: 3 * time.Second, Identity: withQuota("10.0.0.1", tenSeconds()), Status: 429, Body: rejected, Headers: map[string]string{"Retry-After": "7", "X-RateLimit-Limit-10": "3"}},
+				// The same client without the quota: the plugin's minute.
+				{At: 3 * time.Second, Identity: ip("10.0.0.1"), Headers: map[string]string{"X-RateLimit-Limit-Minute": "2", "X-RateLimit-Remaining-Minute": "1", "X-RateLimit-Limit-10": ""}},
+				// Fixed like the plugin: the next 10 s window starts empty.
+				{At: 10 * time.Second, Identity: withQuota("10.0.0.1", tenSeconds()), Headers: map[string]string{"X-RateLimit-Remaining-10": "2"}},
+				// A quota naming its window type, here sliding.
+				{At: 10 * time.Second, Identity: withQuota("10.0.0.2", &Quota{Limit: []int64{4}, WindowSize: []int64{3600}, WindowType: "sliding"}), Headers: map[string]string{"X-RateLimit-Limit-Hour": "4", "X-RateLimit-Remaining-Hour": "3", "X-RateLimit-Limit-Minute": ""}},
 			},
 		},
 		{
