@@ -163,7 +163,10 @@ func NewAdvanced(cfg *AdvancedConfig, reg *Registry) (*Advanced, error) {
 	if c.SyncRate != nil {
 		syncRate = *c.SyncRate
 	}
-	a.storeKey, a.store, err = reg.storeFor(c.Namespace, c.Strategy, syncRate, &c.Redis, windows, false)
+	a.storeKey, a.store, err = reg.storeFor(c.Strategy, RedisStoreConfig{
+		Namespace: c.Namespace, Redis: c.Redis, SyncRate: syncRate, Windows: windows,
+		KongLayout: c.Sluice.RedisLayout == RedisLayoutKong,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("policy: building %s store of namespace %q: %w", c.Strategy, c.Namespace, err)
 	}

@@ -42,6 +42,12 @@ const (
 	StrategyCluster = "cluster"
 )
 
+// Values of Extensions.RedisLayout.
+const (
+	RedisLayoutSluice = "sluice"
+	RedisLayoutKong   = "kong"
+)
+
 // Window types (config.window_type).
 const (
 	WindowSliding = "sliding"
@@ -124,6 +130,13 @@ type Extensions struct {
 	// one, and sends no rate-limit headers: for trying a policy on live
 	// traffic.
 	Shadow bool `json:"shadow"`
+	// RedisLayout chooses how the redis strategy lays counters out in Redis:
+	// "sluice" (the default) spreads identifiers across Cluster slots and
+	// decides every window of a request in one atomic script; "kong" uses
+	// Kong's hashes ("<window_start>:<W>:<namespace>", field = identifier)
+	// so that sluice and Kong nodes configured with the same namespace share
+	// counters (see docs/redis.md for what that layout gives up).
+	RedisLayout string `json:"redis_layout"`
 }
 
 // KongKeys are the keys Kong adds to a plugin's config.
@@ -208,6 +221,7 @@ func defaultAdvanced() AdvancedConfig {
 		ErrorMessage:       DefaultErrorMessage,
 		Throttling:         Throttling{Interval: 5, RetryTimes: 3, QueueLimit: 5},
 		Redis:              defaultRedis(),
+		Sluice:             Extensions{RedisLayout: RedisLayoutSluice},
 	}
 }
 
@@ -414,6 +428,7 @@ func parseThrottling(f *fields, t *Throttling) {
 func parseExtensions(f *fields, e *Extensions) {
 	f.reqBool("ietf_headers", &e.IETFHeaders)
 	f.reqBool("shadow", &e.Shadow)
+	f.enumString("redis_layout", &e.RedisLayout, RedisLayoutSluice, RedisLayoutKong)
 	f.done()
 }
 

@@ -113,7 +113,9 @@ func NewBasic(cfg *BasicConfig, scope Scope, reg *Registry) (*Basic, error) {
 	if syncRate < 0 {
 		syncRate = 0
 	}
-	b.storeKey, b.store, err = reg.storeFor(basicNamespace, c.Policy, syncRate, &rc, windows, true)
+	b.storeKey, b.store, err = reg.storeFor(c.Policy, RedisStoreConfig{
+		Namespace: basicNamespace, Redis: rc, SyncRate: syncRate, Windows: windows, CallerClock: true,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("policy: building %s store for rate-limiting: %w", c.Policy, err)
 	}

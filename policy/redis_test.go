@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -359,4 +360,43 @@ func TestOnRedisStateReloadFixesAddress(t *testing.T) {
 	default:
 		t.Fatal("no state change when the last degraded store closed")
 	}
+}
+
+// With the "kong" Redis layout, counters sit where Kong nodes keep them
+// (spec §2.8): one hash per window, "<window_start>:<W>:<namespace>", the
+// identifier as the field. Two sluice nodes share them like Kong nodes do.
+func TestRedisKongLayout(t *testing.T) {
+	srv := testservers.Redis(t, testservers.RedisOptions{})
+	cfg := `{"limit":[3],"window_size":[60],"window_type":"fixed","namespace":"kong-ns","identifier":"ip","strategy":"redis","sync_rate":0,` +
+		`"sluice":{"redis_layout":"kong"},` + redisConfigJSON(srv) + `}`
+	a := newAdvanced(t, newRegistry(t, testRedisOpts), cfg)
+	b := newAdvanced(t, newRegistry(t, testRedisOpts), cfg)
+	runCalls(t, a, []call{{t: time.Second, repeat: 1, allowed: true, headers: want{"X-RateLimit-Remaining-minute": "1"}}})
+	runCalls(t, b, []call{{t: time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-minute": "0"}}})
+	runCalls(t, a, []call{{t: time.Second, allowed: false}})
+
+	// Kong's nodes read the window's hash with HGET; so does this test. The
+	// window starts at t0 (the decisions' clock); a fixed window keeps the
+	// denied call counted, as Kong does.
+	hash := strconv.FormatInt(t0.Unix(), 10) + ":60:kong-ns"
+	if got := stringOf(srv.Do(t, "HGET", hash, "10.0.0.1")); got != "4" {
+		t.Fatalf("HGET %s 10.0.0.1 = %q, want 4", hash, got)
+	}
+
+	if _, err := ParseAdvanced([]byte(`{"limit":[3],"window_size":[60],"sluice":{"redis_layout":"hash"}}`)); err == nil ||
+		!strings.Contains(err.Error(), "config.sluice.redis_layout") {
+		t.Fatalf("bad redis_layout: %v, want an error naming config.sluice.redis_layout", err)
+	}
+}
+
+func stringOf(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case []byte:
+		return string(v)
+	case int64:
+		return strconv.FormatInt(v, 10)
+	}
+	return ""
 }

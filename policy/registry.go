@@ -106,6 +106,9 @@ type RedisStoreConfig struct {
 	// CallerClock asks the store to decide with Request.Now rather than a
 	// server clock.
 	CallerClock bool
+	// KongLayout asks for Kong's Redis layout, shared with Kong nodes
+	// (Extensions.RedisLayout "kong").
+	KongLayout bool
 }
 
 type storeKey struct {
@@ -203,7 +206,9 @@ func (r *Registry) Close() error {
 }
 
 // storeFor returns the store of a namespace with the given strategy.
-func (r *Registry) storeFor(namespace, strategy string, syncRate float64, redis *RedisConfig, windows []time.Duration, callerClock bool) (storeKey, ratelimit.Store, error) {
+// cfg.Redis is used by the redis strategy only.
+func (r *Registry) storeFor(strategy string, cfg RedisStoreConfig) (storeKey, ratelimit.Store, error) {
+	namespace := cfg.Namespace
 	switch strategy {
 	case StrategyLocal, StrategyCluster:
 		k := storeKey{namespace: namespace, backend: StrategyLocal}
@@ -215,9 +220,9 @@ func (r *Registry) storeFor(namespace, strategy string, syncRate float64, redis 
 		})
 		return k, s, err
 	case StrategyRedis:
-		k := storeKey{namespace: namespace, backend: "redis " + redisFingerprint(redis) + " sync " + strconv.FormatFloat(syncRate, 'g', -1, 64)}
+		k := storeKey{namespace: namespace, backend: "redis " + redisFingerprint(&cfg.Redis) +
+			" sync " + strconv.FormatFloat(cfg.SyncRate, 'g', -1, 64) + " kong " + strconv.FormatBool(cfg.KongLayout)}
 		s, err := r.acquire(k, func() (ratelimit.Store, error) {
-			cfg := RedisStoreConfig{Namespace: namespace, Redis: *redis, SyncRate: syncRate, Windows: windows, CallerClock: callerClock}
 			if r.opts.NewRedisStore != nil {
 				return r.opts.NewRedisStore(cfg)
 			}

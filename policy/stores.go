@@ -158,6 +158,7 @@ func (r *Registry) redisStoreLocked(cfg RedisStoreConfig, fp string) (ratelimit.
 		Namespace:   cfg.Namespace,
 		SyncRate:    syncRate,
 		CallerClock: r.opts.RedisCallerClock || cfg.CallerClock,
+		KongLayout:  cfg.KongLayout,
 		Timeout:     r.opts.RedisTimeout,
 		Logger:      r.opts.Logger,
 		OnStateChange: func(_, to redisstore.State, err error) {
