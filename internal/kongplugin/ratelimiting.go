@@ -21,6 +21,9 @@ const RateLimitingPriority = 910
 type SluiceConf struct {
 	IETFHeaders *bool `json:"ietf_headers"`
 	Shadow      *bool `json:"shadow"`
+	// RedisLayout is "sluice" (default) or "kong": Kong's Redis layout,
+	// shared with Kong's own rate-limiting-advanced nodes.
+	RedisLayout *string `json:"redis_layout"`
 }
 
 // rateLimitingExtensions are the RateLimitingConfig fields the policy
