@@ -300,3 +300,35 @@ func TestStrict(t *testing.T) {
 		t.Fatalf("%d local decisions in strict mode", st.LocalDecisions)
 	}
 }
+
+// A cycle pulls the counters this node holds but did not use with a plain
+// GET; a value that is not a counter there is a bad reply quoting it, and
+// the other counters of the cycle are still merged.
+func TestPeriodicPullOfIdleCounters(t *testing.T) {
+	srv, c := standalone(t)
+	opts := Options{Namespace: "periodic-pull", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	a, b := newStore(t, c, opts), newStore(t, c, opts)
+	ctx := context.Background()
+	now := ratelimittest.At(5 * time.Second)
+	lim := []ratelimit.Limit{ratelimit.PerMinute(10).Fixed()}
+	for _, k := range []string{"idle", "corrupt"} {
+		take(t, a, ratelimit.Request{Key: k, Limits: lim, Now: now})
+	}
+	if err := a.Sync(ctx, now); err != nil { // pushes both
+		t.Fatal(err)
+	}
+	for range 3 { // another node uses "idle"
+		take(t, b, ratelimit.Request{Key: "idle", Limits: lim, Now: now})
+	}
+	if err := b.Sync(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	srv.Do(t, "SET", a.counterKey("corrupt", lim[0].CounterID()), "12 x 3")
+	err := a.Sync(ctx, now) // both counters idle on a: pulled, not pushed
+	if !errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), "12 x 3") {
+		t.Fatalf("cycle over a corrupt counter: %v, want ErrBadReply quoting the value", err)
+	}
+	if d := take(t, a, ratelimit.Request{Key: "idle", Limits: lim, Now: now}); d.State(0).Remaining != 5 {
+		t.Fatalf("node a: remaining %d on an idle key after a cycle, want 5 (1 + 3 counted, plus this call)", d.State(0).Remaining)
+	}
+}
