@@ -537,35 +537,25 @@ func (p *parser) plugin(v any, path string, sc scope) {
 	o.finish()
 }
 
+// byRef indexes entities by the two ways a reference may name them: id,
+// and name (username for a consumer) when set.
+func byRef[T any](items []T, ref func(T) (id, name string)) map[string]T {
+	m := make(map[string]T, 2*len(items))
+	for _, it := range items {
+		id, name := ref(it)
+		m[id] = it
+		if name != "" {
+			m[name] = it
+		}
+	}
+	return m
+}
+
 func (p *parser) resolve() {
-	services := map[string]*Service{}
-	for _, s := range p.cfg.Services {
-		services[s.ID] = s
-		if s.Name != "" {
-			services[s.Name] = s
-		}
-	}
-	routes := map[string]*Route{}
-	for _, r := range p.cfg.Routes {
-		routes[r.ID] = r
-		if r.Name != "" {
-			routes[r.Name] = r
-		}
-	}
-	consumers := map[string]*Consumer{}
-	for _, c := range p.cfg.Consumers {
-		consumers[c.ID] = c
-		if c.Username != "" {
-			consumers[c.Username] = c
-		}
-	}
-	groups := map[string]*ConsumerGroup{}
-	for _, g := range p.cfg.ConsumerGroups {
-		groups[g.ID] = g
-		if g.Name != "" {
-			groups[g.Name] = g
-		}
-	}
+	services := byRef(p.cfg.Services, func(s *Service) (string, string) { return s.ID, s.Name })
+	routes := byRef(p.cfg.Routes, func(r *Route) (string, string) { return r.ID, r.Name })
+	consumers := byRef(p.cfg.Consumers, func(c *Consumer) (string, string) { return c.ID, c.Username })
+	groups := byRef(p.cfg.ConsumerGroups, func(g *ConsumerGroup) (string, string) { return g.ID, g.Name })
 	for _, pr := range p.routeSvc {
 		s, ok := services[pr.ref]
 		if !ok {
