@@ -341,17 +341,15 @@ func (a *Advanced) CheckAppend(ctx context.Context, r *Request, dst []Header) (R
 	if err != nil {
 		return Result{Allowed: true, Key: key}, withQuotaErr(fmt.Errorf("policy: checking namespace %q: %w", a.namespace, err), quotaErr)
 	}
-	retries := 0
+	res := Result{Key: key}
 	if !d.Allowed && a.throttling.Enabled && !a.shadow {
-		d, now, retries, err = a.wait(ctx, &sr, d, now)
+		d, now, res.Retries, err = a.wait(ctx, &sr, d, now)
 		if err != nil {
-			res := a.result(p, key, &d, now, dst)
-			res.Retries = retries
+			a.result(&res, p, &d, now, dst)
 			return res, withQuotaErr(err, quotaErr)
 		}
 	}
-	res := a.result(p, key, &d, now, dst)
-	res.Retries = retries
+	a.result(&res, p, &d, now, dst)
 	return res, quotaErr
 }
 
@@ -363,23 +361,24 @@ func withQuotaErr(err, quotaErr error) error {
 	return errors.Join(err, quotaErr)
 }
 
-// result turns a decision into the response.
-func (a *Advanced) result(p *plan, key string, d *ratelimit.Decision, now time.Time, dst []Header) Result {
-	res := Result{Allowed: d.Allowed, Denied: !d.Allowed, Key: key}
+// result fills res with the response to decision d.
+func (a *Advanced) result(res *Result, p *plan, d *ratelimit.Decision, now time.Time, dst []Header) {
+	res.Allowed, res.Denied = d.Allowed, !d.Allowed
 	if d.Len() == 0 {
 		// A store failure admitted the request: no headers to send.
-		return res
+		return
 	}
 	rep := d.Reported()
 	// Pins are kept for every window on every evaluation, headers sent or
 	// not, as Kong keeps them.
-	repStart := a.updatePins(p, key, d, rep, now)
-	rs := d.State(rep)
+	repStart := a.updatePins(p, res.Key, d, rep, now)
+	states := d.States() // no allocation up to 4 windows
+	rs := &states[rep]
 	res.Window, res.Limit, res.Remaining = rs.Limit.Window, rs.Limit.Count, rs.Remaining
 	res.Reset = reset(p, rs, p.secs[rep], repStart, now)
 	if a.shadow {
 		res.Allowed = true
-		return res
+		return
 	}
 	if !d.Allowed {
 		res.Status = a.errorCode
@@ -389,19 +388,17 @@ func (a *Advanced) result(p *plan, key string, d *ratelimit.Decision, now time.T
 		if !d.Allowed {
 			res.Headers = appendRejection(dst)
 		}
-		return res
+		return
 	}
-	var ws [8]window
-	v := headerValues{windows: ws[:0], ietf: a.ietf, rejected: !d.Allowed, reported: rep, reset: res.Reset}
-	for i := 0; i < d.Len(); i++ {
-		s := d.State(i)
-		v.windows = append(v.windows, window{limit: s.Limit.Count, remaining: s.Remaining})
+	var rem [8]int64
+	v := headerValues{remaining: rem[:0], ietf: a.ietf, rejected: !d.Allowed, reported: rep, reset: res.Reset}
+	for i := range states {
+		v.remaining = append(v.remaining, states[i].Remaining)
 	}
 	if !d.Allowed {
 		v.retryAfter = v.reset + jitter(p.jitterMax, a.reg.opts.Rand)
 	}
 	res.Headers = p.headers.build(&v, dst)
-	return res
 }
 
 // updatePins applies the pin rule of spec §2.5 to every window: a sliding
@@ -412,6 +409,11 @@ func (a *Advanced) result(p *plan, key string, d *ratelimit.Decision, now time.T
 // its reset: the pinned one, or the current window's.
 func (a *Advanced) updatePins(p *plan, key string, d *ratelimit.Decision, rep int, now time.Time) int64 {
 	nowS := now.Unix()
+	if d.Allowed && a.reg.pins.n.Load() == 0 {
+		// An allowed decision exceeds no window: nothing to pin, and no
+		// pin to delete.
+		return nowS - floorMod(nowS, p.secs[rep])
+	}
 	var repStart int64
 	for i := 0; i < d.Len(); i++ {
 		s := d.State(i)
@@ -435,7 +437,7 @@ func (a *Advanced) updatePins(p *plan, key string, d *ratelimit.Decision, rep in
 // sliding window whose rate is above its limit, plus the time the excess
 // needs to drain, rounded up. Under continuous overload the window start
 // stays pinned, so the first term decays to 1.
-func reset(p *plan, s ratelimit.LimitState, w, start int64, now time.Time) int64 {
+func reset(p *plan, s *ratelimit.LimitState, w, start int64, now time.Time) int64 {
 	base := max(1, w-(now.Unix()-start))
 	if p.fixed {
 		return base

@@ -322,16 +322,16 @@ func (b *Basic) failed(key string, err error, dst []Header) (Result, error) {
 // result builds the OSS response (spec §5.3 steps 3-4).
 func (b *Basic) result(key string, usage []int64, denied int, now time.Time, dst []Header) Result {
 	res := Result{Allowed: denied < 0, Denied: denied >= 0, Key: key}
-	var ws [6]window
-	v := headerValues{windows: ws[:len(usage)], ietf: b.ietf, rejected: res.Denied}
+	var rem [6]int64
+	v := headerValues{remaining: rem[:len(usage)], ietf: b.ietf, rejected: res.Denied}
 	for i, u := range usage {
-		rem := b.all[i].limit - u
+		r := b.all[i].limit - u
 		if denied < 0 || i == denied {
-			rem-- // this request
+			r-- // this request
 		}
-		ws[i] = window{limit: b.all[i].limit, remaining: max(0, rem)}
+		rem[i] = max(0, r)
 		// Smallest remaining; on a tie the longer period (later index).
-		if i == 0 || ws[i].remaining <= ws[v.reported].remaining {
+		if i == 0 || rem[i] <= rem[v.reported] {
 			v.reported = i
 		}
 	}
@@ -344,7 +344,7 @@ func (b *Basic) result(key string, usage []int64, denied int, now time.Time, dst
 		start = time.Unix(now.Unix()-floorMod(now.Unix(), secs), 0)
 	}
 	v.reset = max(1, int64(p.len/time.Second)-int64(now.Sub(start)/time.Second))
-	res.Window, res.Limit, res.Remaining, res.Reset = p.len, p.limit, ws[v.reported].remaining, v.reset
+	res.Window, res.Limit, res.Remaining, res.Reset = p.len, p.limit, rem[v.reported], v.reset
 	if b.shadow {
 		res.Allowed = true
 		return res

@@ -75,12 +75,6 @@ func messageBody(msg string) []byte {
 	return b
 }
 
-// window is one evaluated window as the headers show it.
-type window struct {
-	limit     int64
-	remaining int64
-}
-
 // headerWindow names one window's headers, computed once per limiter.
 type headerWindow struct {
 	limitName, remainingName string
@@ -103,6 +97,9 @@ type headerPlan struct {
 	// policy is the IETF RateLimit-Policy value; it depends only on the
 	// config.
 	policy string
+	// allowed is the headers of an allowed request without the IETF pair,
+	// the values that vary left empty: build copies it and fills them in.
+	allowed []Header
 }
 
 func newHeaderPlan(names, titles []string, limits []int64, windowSecs []int64) headerPlan {
@@ -138,67 +135,67 @@ func newHeaderPlan(names, titles []string, limits []int64, windowSecs []int64) h
 		b = strconv.AppendInt(b, windowSecs[i], 10)
 	}
 	hp.policy = string(b)
+	for i := range hp.windows {
+		if w := &hp.windows[i]; !w.skip {
+			hp.allowed = append(hp.allowed, Header{w.limitName, w.limit}, Header{Name: w.remainingName})
+		}
+	}
+	hp.allowed = append(hp.allowed, Header{Name: hdrLimit}, Header{Name: hdrRemaining}, Header{Name: hdrReset})
 	return hp
 }
 
 // headerValues is what one response's headers say.
 type headerValues struct {
-	windows    []window // per window, in plan order
-	reported   int      // index of the window the RateLimit-* headers describe
-	reset      int64    // RateLimit-Reset, seconds
-	retryAfter int64    // Retry-After when > 0 (only on denials)
+	remaining  []int64 // per window, in plan order
+	reported   int     // index of the window the RateLimit-* headers describe
+	reset      int64   // RateLimit-Reset, seconds
+	retryAfter int64   // Retry-After when > 0 (only on denials)
 	ietf       bool
 	rejected   bool
 }
 
-// smallInts holds the decimal forms of 0..smallMax-1 in one string, so the
-// usual header values (remaining counts, seconds to reset) need neither
-// formatting nor allocation. It is built once and never changes.
-const smallMax = 4096
-
-var smallInts, smallEnds = func() (string, [smallMax + 1]uint16) {
-	var ends [smallMax + 1]uint16
-	var b []byte
-	for i := range smallMax {
-		b = strconv.AppendInt(b, int64(i), 10)
-		ends[i+1] = uint16(len(b))
-	}
-	return string(b), ends
-}()
-
-// valueRef is a header value: s when ready, else buf[from:to] of the
-// values' buffer.
-type valueRef struct {
-	s        string
-	from, to int
+// values hands out header values: cached decimals, or for the rest the
+// next piece of one string that build formats them into, in order.
+type values struct {
+	rest string
+	off  int
 }
 
-// appendValue records n: small numbers come from smallInts, others are
-// written into buf, which becomes one string once every value is in.
-func appendValue(refs []valueRef, buf []byte, n int64) ([]valueRef, []byte) {
-	if n >= 0 && n < smallMax {
-		return append(refs, valueRef{s: smallInts[smallEnds[n]:smallEnds[n+1]]}), buf
+func (vs *values) next(n int64) string {
+	if uint64(n) < decimalCached {
+		return decimal(n)
 	}
-	from := len(buf)
-	buf = strconv.AppendInt(buf, n, 10)
-	return append(refs, valueRef{from: from, to: len(buf)}), buf
+	end := vs.off + decimalLen(n)
+	s := vs.rest[vs.off:end]
+	vs.off = end
+	return s
 }
 
-func appendIETF(refs []valueRef, buf []byte, name string, remaining, reset int64) ([]valueRef, []byte) {
-	from := len(buf)
-	buf = append(buf, '"')
-	buf = append(buf, name...)
-	buf = append(buf, `";r=`...)
-	buf = strconv.AppendInt(buf, remaining, 10)
-	buf = append(buf, ";t="...)
-	buf = strconv.AppendInt(buf, reset, 10)
-	return append(refs, valueRef{from: from, to: len(buf)}), buf
+// appendUncached appends n in decimal unless it is cached.
+func appendUncached(buf []byte, n int64) []byte {
+	if uint64(n) < decimalCached {
+		return buf
+	}
+	return strconv.AppendInt(buf, n, 10)
+}
+
+// decimalLen is the length of n in decimal.
+func decimalLen(n int64) int {
+	l := 1
+	if n < 0 {
+		l++
+		n = -n // min int64 never reaches a header
+	}
+	for n >= 10 {
+		n /= 10
+		l++
+	}
+	return l
 }
 
 // build appends the headers of one response to dst. It allocates the
-// header slice when dst lacks room, plus one string when a value is at
-// least smallMax or the IETF headers are on. Windows beyond what valueBuf holds (never with Kong-sized
-// configs) are formatted one string each.
+// header slice when dst lacks room, plus one string when a value is a
+// million or more or the IETF headers are on.
 func (hp *headerPlan) build(v *headerValues, dst []Header) []Header {
 	n := hp.sent + 3
 	if v.retryAfter > 0 {
@@ -210,52 +207,61 @@ func (hp *headerPlan) build(v *headerValues, dst []Header) []Header {
 	if v.rejected {
 		n++
 	}
-	hs := grow(dst, n)
-	var refArr [24]valueRef
-	if hp.sent+4 > len(refArr) {
-		return hp.buildSlow(v, hs)
-	}
-	var arr [192]byte
-	refs, buf := refArr[:0], arr[:0]
-	for i := range hp.windows {
-		if !hp.windows[i].skip {
-			refs, buf = appendValue(refs, buf, v.windows[i].remaining)
-		}
-	}
-	rep := v.windows[v.reported]
-	refs, buf = appendValue(refs, buf, rep.remaining)
-	refs, buf = appendValue(refs, buf, v.reset)
-	if v.retryAfter > 0 {
-		refs, buf = appendValue(refs, buf, v.retryAfter)
-	}
-	if v.ietf {
-		refs, buf = appendIETF(refs, buf, hp.windows[v.reported].ietfName, rep.remaining, v.reset)
-	}
-	if len(buf) > 0 {
-		// One string for every value that was not small.
-		all := string(buf)
-		for i := range refs {
-			if refs[i].s == "" {
-				refs[i].s = all[refs[i].from:refs[i].to]
+	remaining := v.remaining[v.reported]
+	if !v.rejected && !v.ietf && hp.cached(v) {
+		// The usual case: a copy of the template and four to five values.
+		hs := append(dst, hp.allowed...)
+		out := hs[len(dst):]
+		k := 1
+		for i := range hp.windows {
+			if !hp.windows[i].skip {
+				out[k].Value = decimal(v.remaining[i])
+				k += 2
 			}
 		}
+		out[k-1].Value = hp.windows[v.reported].limit
+		out[k].Value = decimal(remaining)
+		out[k+1].Value = decimal(v.reset)
+		return hs
 	}
-	k := 0
+	hs := grow(dst, n)
+	var vs values
+	if v.ietf || !hp.cached(v) {
+		// The values out of the cache's range, in header order, then the
+		// IETF value, into one string.
+		var arr [128]byte
+		buf := arr[:0]
+		for i := range hp.windows {
+			if !hp.windows[i].skip {
+				buf = appendUncached(buf, v.remaining[i])
+			}
+		}
+		buf = appendUncached(buf, remaining)
+		buf = appendUncached(buf, v.reset)
+		buf = appendUncached(buf, v.retryAfter)
+		if v.ietf {
+			buf = append(buf, '"')
+			buf = append(buf, hp.windows[v.reported].ietfName...)
+			buf = append(buf, `";r=`...)
+			buf = strconv.AppendInt(buf, remaining, 10)
+			buf = append(buf, ";t="...)
+			buf = strconv.AppendInt(buf, v.reset, 10)
+		}
+		vs.rest = string(buf)
+	}
+
 	for i := range hp.windows {
 		w := &hp.windows[i]
 		if !w.skip {
-			hs = append(hs, Header{w.limitName, w.limit}, Header{w.remainingName, refs[k].s})
-			k++
+			hs = append(hs, Header{w.limitName, w.limit}, Header{w.remainingName, vs.next(v.remaining[i])})
 		}
 	}
-	hs = append(hs, Header{hdrLimit, hp.windows[v.reported].limit}, Header{hdrRemaining, refs[k].s}, Header{hdrReset, refs[k+1].s})
-	k += 2
+	hs = append(hs, Header{hdrLimit, hp.windows[v.reported].limit}, Header{hdrRemaining, vs.next(remaining)}, Header{hdrReset, vs.next(v.reset)})
 	if v.retryAfter > 0 {
-		hs = append(hs, Header{hdrRetryAfter, refs[k].s})
-		k++
+		hs = append(hs, Header{hdrRetryAfter, vs.next(v.retryAfter)})
 	}
 	if v.ietf {
-		hs = append(hs, Header{hdrPolicy, hp.policy}, Header{hdrRateLimit, refs[k].s})
+		hs = append(hs, Header{hdrPolicy, hp.policy}, Header{hdrRateLimit, vs.rest[vs.off:]})
 	}
 	if v.rejected {
 		hs = append(hs, Header{hdrContentType, contentTypeJSON})
@@ -263,27 +269,14 @@ func (hp *headerPlan) build(v *headerValues, dst []Header) []Header {
 	return hs
 }
 
-func (hp *headerPlan) buildSlow(v *headerValues, hs []Header) []Header {
-	itoa := func(n int64) string { return strconv.FormatInt(n, 10) }
-	for i := range hp.windows {
-		if hp.windows[i].skip {
-			continue
-		}
-		hs = append(hs, Header{hp.windows[i].limitName, itoa(v.windows[i].limit)}, Header{hp.windows[i].remainingName, itoa(v.windows[i].remaining)})
+// cached reports whether every number of v is in the decimal cache's
+// range.
+func (hp *headerPlan) cached(v *headerValues) bool {
+	big := uint64(v.reset) | uint64(v.retryAfter)
+	for _, r := range v.remaining {
+		big |= uint64(r)
 	}
-	rep := v.windows[v.reported]
-	hs = append(hs, Header{hdrLimit, itoa(rep.limit)}, Header{hdrRemaining, itoa(rep.remaining)}, Header{hdrReset, itoa(v.reset)})
-	if v.retryAfter > 0 {
-		hs = append(hs, Header{hdrRetryAfter, itoa(v.retryAfter)})
-	}
-	if v.ietf {
-		hs = append(hs, Header{hdrPolicy, hp.policy},
-			Header{hdrRateLimit, `"` + hp.windows[v.reported].ietfName + `";r=` + itoa(rep.remaining) + ";t=" + itoa(v.reset)})
-	}
-	if v.rejected {
-		hs = append(hs, Header{hdrContentType, contentTypeJSON})
-	}
-	return hs
+	return big < decimalCached
 }
 
 // grow returns dst with room for n more headers, allocating exactly once

@@ -69,7 +69,8 @@ func (d *Decision) State(i int) LimitState {
 	return d.more[i-inlineStates]
 }
 
-// States returns all limit states in request order. The slice aliases d.
+// States returns all limit states in request order. Up to 4 states, the
+// slice aliases d and States does not allocate; beyond, it is a copy.
 func (d *Decision) States() []LimitState {
 	if d.n <= inlineStates {
 		return d.inline[:d.n]
@@ -108,9 +109,9 @@ func (d *Decision) statePtr(i int) *LimitState {
 // decision.
 func (d *Decision) Reported() int {
 	best := -1
-	var bs LimitState
+	var bs *LimitState
 	for i := 0; i < d.n; i++ {
-		s := d.State(i)
+		s := d.statePtr(i)
 		if best < 0 || s.Remaining < bs.Remaining ||
 			(s.Remaining == bs.Remaining && s.Limit.Window > bs.Limit.Window) {
 			best, bs = i, s
