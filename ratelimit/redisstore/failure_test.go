@@ -171,10 +171,13 @@ func TestPeriodicSync(t *testing.T) {
 			t.Fatalf("node %s: remaining %d after sync, want 2 (7 counted by both nodes, plus this call)", name, d.State(0).Remaining)
 		}
 	}
-	// Three round trips for two cycles: the first met a server without
-	// the script and sent it.
-	if st := a.Stats(); st.RedisCalls != 3 || st.SyncCycles != 2 {
-		t.Fatalf("node a stats %+v: want one pipeline per cycle", st)
+	// Node a's first cycle: push (two round trips: the server did not
+	// know sync.lua yet), journal (two, the same), and, a first cycle
+	// having no place in the journal, a read of every counter it holds
+	// (one). Its second: journal (one) and a read of the counter node b
+	// pushed (one).
+	if st := a.Stats(); st.RedisCalls != 7 || st.SyncCycles != 2 {
+		t.Fatalf("node a stats %+v: want 7 round trips in 2 cycles", st)
 	}
 }
 
@@ -301,9 +304,10 @@ func TestStrict(t *testing.T) {
 	}
 }
 
-// A cycle pulls the counters this node holds but did not use with a plain
-// GET; a value that is not a counter there is a bad reply quoting it, and
-// the other counters of the cycle are still merged.
+// A cycle reads with a plain GET the counters others changed, and every
+// fullPullEvery every counter the node holds; a value that is not a
+// counter there is a bad reply quoting it, and the other counters of the
+// cycle are still merged.
 func TestPeriodicPullOfIdleCounters(t *testing.T) {
 	srv, c := standalone(t)
 	opts := Options{Namespace: "periodic-pull", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
@@ -324,11 +328,16 @@ func TestPeriodicPullOfIdleCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Do(t, "SET", a.counterKey("corrupt", lim[0].CounterID()), "12 x 3")
-	err := a.Sync(ctx, now) // both counters idle on a: pulled, not pushed
-	if !errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), "12 x 3") {
-		t.Fatalf("cycle over a corrupt counter: %v, want ErrBadReply quoting the value", err)
+	// "corrupt" was changed behind the journal's back: an ordinary cycle
+	// does not read it, the full read does.
+	if err := a.Sync(ctx, now.Add(time.Second)); err != nil {
+		t.Fatalf("cycle reading the counter b changed: %v", err)
 	}
 	if d := take(t, a, ratelimit.Request{Key: "idle", Limits: lim, Now: now}); d.State(0).Remaining != 5 {
 		t.Fatalf("node a: remaining %d on an idle key after a cycle, want 5 (1 + 3 counted, plus this call)", d.State(0).Remaining)
+	}
+	err := a.Sync(ctx, now.Add(fullPullEvery))
+	if !errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), "12 x 3") {
+		t.Fatalf("full read over a corrupt counter: %v, want ErrBadReply quoting the value", err)
 	}
 }

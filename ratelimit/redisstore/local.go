@@ -20,6 +20,9 @@ type lshard struct {
 	mu     sync.Mutex
 	m      map[lkey]*entry
 	leases map[string]map[string]int64 // key -> lease id -> expiry (Unix ns)
+	// dirty lists the counters with hits waiting to be pushed (periodic
+	// mode), each once, so that a cycle visits only those.
+	dirty []lkey
 }
 
 type lkey struct {
@@ -40,6 +43,8 @@ type entry struct {
 	// two windows can have hits waiting: the current one and the one
 	// before, when a window edge passed since the last cycle.
 	pend [2]pend
+	// dirty is set while the counter is on its shard's dirty list.
+	dirty bool
 }
 
 func newLocal() *local {
@@ -84,6 +89,10 @@ func (l *local) take(r *ratelimit.Request, track bool) ratelimit.Decision {
 	nowUs := r.Now.UnixMicro()
 	for i, e := range ents {
 		if track && d.State(i).Counted {
+			if !e.dirty {
+				e.dirty = true
+				sh.dirty = append(sh.dirty, lkey{r.Key, r.Limits[i].CounterID()})
+			}
 			if e.lim.Algorithm == ratelimit.TokenBucket {
 				e.pend[0].d += cs[i].Start - max(pre[i].Start, nowUs)
 			} else {

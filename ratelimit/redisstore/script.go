@@ -20,6 +20,7 @@ var (
 	takeScript    = mustScript("lua/take.lua")
 	syncScript    = mustScript("lua/sync.lua")
 	acquireScript = mustScript("lua/acquire.lua")
+	journalScript = mustScript("lua/journal.lua")
 )
 
 // A script is one embedded Lua file, run EVALSHA first and EVAL when the

@@ -149,6 +149,14 @@ type Store struct {
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	syncMu sync.Mutex
+	// The periodic cycle's place in the namespace's journal (guarded by
+	// syncMu): the sequence number and epoch of its last journal call
+	// (cursor -1: none), when it last read every counter, and pushes a
+	// failed journal call left to record.
+	cursor      int64
+	epoch       string
+	lastFull    time.Time
+	unjournaled []string
 
 	decisions, localDecisions, redisCalls, redisErrors, syncs atomic.Uint64
 }
@@ -203,6 +211,7 @@ func New(c *Client, opts Options) (*Store, error) {
 		logger:  logger,
 		stop:    make(chan struct{}),
 		cluster: c.cluster,
+		cursor:  -1,
 	}
 	s.br.threshold = int32(opts.FailureThreshold)
 	s.br.cooldown = opts.Cooldown

@@ -63,11 +63,65 @@ func (l *local) snapshot(now time.Time) []syncItem {
 				continue
 			}
 			out = append(out, syncItem{key: k.key, id: k.id, lim: e.lim, p: e.pend})
-			e.pend = [2]pend{}
+			e.pend, e.dirty = [2]pend{}, false
+		}
+		clear(sh.dirty)
+		sh.dirty = sh.dirty[:0]
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// takeDirty takes the hits waiting to be pushed and returns their
+// counters: only the counters used since the previous cycle.
+func (l *local) takeDirty() []syncItem {
+	var out []syncItem
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for _, k := range sh.dirty {
+			if e := sh.m[k]; e != nil && e.dirty {
+				out = append(out, syncItem{key: k.key, id: k.id, lim: e.lim, p: e.pend})
+				e.pend, e.dirty = [2]pend{}, false
+			}
+		}
+		clear(sh.dirty)
+		sh.dirty = sh.dirty[:0]
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// live drops expired counters and returns the others, leaving their
+// waiting hits in place.
+func (l *local) live(now time.Time) []syncItem {
+	ns := now.UnixNano()
+	var out []syncItem
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for k, e := range sh.m {
+			if e.pend[0].d == 0 && e.pend[1].d == 0 && e.c.Expiry(e.lim) < ns {
+				delete(sh.m, k)
+				continue
+			}
+			out = append(out, syncItem{key: k.key, id: k.id, lim: e.lim})
 		}
 		sh.mu.Unlock()
 	}
 	return out
+}
+
+// holds returns the counter k when this node holds it.
+func (l *local) holds(k lkey) (syncItem, bool) {
+	sh := l.shard(k.key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[k]
+	if e == nil {
+		return syncItem{}, false
+	}
+	return syncItem{key: k.key, id: k.id, lim: e.lim}, true
 }
 
 // merge replaces a local counter with the total Redis returned and adds
@@ -99,9 +153,10 @@ func (l *local) merge(it *syncItem, remote ratelimit.Counter, nowUs int64) {
 }
 
 // Sync runs one cycle at time now. With SyncRate > 0 it pushes the hits
-// counted since the last cycle and pulls every counter's total, all in one
-// pipeline; in every mode it drops local counters that expired. The store
-// runs it every SyncRate unless ManualSync is set.
+// counted since the last cycle and pulls the totals of the counters other
+// nodes changed (see syncJournal; in Kong's layout, of every counter); in
+// every mode it drops local counters that expired. The store runs it every
+// SyncRate unless ManualSync is set.
 //
 // Hits of a cycle whose push fails are not pushed again (they may have
 // reached Redis before the failure), as Kong does; while the store is in
@@ -118,52 +173,51 @@ func (s *Store) Sync(ctx context.Context, now time.Time) error {
 		s.local.sweep(now)
 		return nil
 	}
-	items := s.local.snapshot(now)
-	if len(items) == 0 {
-		s.syncs.Add(1)
-		return nil
-	}
 	ctx, cancel := context.WithTimeout(ctx, s.cycleTimeout())
 	defer cancel()
 	if s.opts.KongLayout {
-		if err := s.syncKong(ctx, now, items); err != nil {
-			s.record(now, err)
-			return err
+		items := s.local.snapshot(now)
+		if len(items) > 0 {
+			if err := s.syncKong(ctx, now, items); err != nil {
+				s.record(now, err)
+				return err
+			}
 		}
 		s.br.success()
 		s.syncs.Add(1)
 		return nil
 	}
-	// Counters with hits to push go through sync.lua; the others only need
-	// their total, which a plain GET gives for a fraction of a script's
-	// cost on the server (a cycle pulls every live counter, Kong's
-	// semantics, so most of them are idle ones).
+	if err := s.syncJournal(ctx, now); err != nil {
+		s.unavailable(now, err)
+		return err
+	}
+	s.br.success()
+	s.syncs.Add(1)
+	return nil
+}
+
+// syncJournal runs one cycle in sluice's layout, in up to three round
+// trips:
+//  1. push the counters used since the previous cycle (sync.lua, which
+//     returns their totals);
+//  2. record them in the namespace's journal and learn from it which
+//     counters other nodes pushed since this node's previous cycle
+//     (journal.lua);
+//  3. read those of them this node holds (GET).
+//
+// Kong's cycle reads every counter of the namespace (spec §2.7); reading
+// only the counters that changed in Redis gives each node the same totals
+// for a fraction of the work when most counters are idle. Every
+// fullPullEvery, and whenever the journal cannot vouch for what changed
+// (first cycle, a failed cycle, the journal lost or trimmed past this
+// node's cursor), the cycle reads every counter this node holds, as
+// Kong's does.
+func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
+	items := s.local.takeDirty()
+	if len(items) == 0 && len(s.unjournaled) == 0 && s.local.size() == 0 {
+		return nil // nothing to push, nothing to refresh
+	}
 	nowArg := s.nowArg(now)
-	var push, pull []int
-	for i := range items {
-		if items[i].p[0].d != 0 || items[i].p[1].d != 0 {
-			push = append(push, i)
-		} else {
-			pull = append(pull, i)
-		}
-	}
-	calls := make([]call, len(push))
-	for j, i := range push {
-		it := &items[i]
-		kind, w := int64(2), int64(0)
-		switch it.lim.Algorithm {
-		case ratelimit.FixedWindow:
-			kind, w = 0, int64(it.lim.Window/time.Millisecond)
-		case ratelimit.SlidingWindow:
-			kind, w = 1, int64(it.lim.Window/time.Millisecond)
-		}
-		calls[j] = call{
-			keys: []string{s.counterKey(it.key, it.id)},
-			args: []string{nowArg, strconv.FormatInt(kind, 10), strconv.FormatInt(w, 10),
-				strconv.FormatInt(it.p[0].start, 10), strconv.FormatInt(it.p[0].d, 10),
-				strconv.FormatInt(it.p[1].start, 10), strconv.FormatInt(it.p[1].d, 10), s.minTTL()},
-		}
-	}
 	nowUs := now.UnixMicro()
 	var firstErr error
 	fail := func(err error) {
@@ -171,10 +225,29 @@ func (s *Store) Sync(ctx context.Context, now time.Time) error {
 			firstErr = err
 		}
 	}
-	if len(push) > 0 {
+	members := s.unjournaled
+	s.unjournaled = nil
+	if len(items) > 0 {
+		calls := make([]call, len(items))
+		for i := range items {
+			it := &items[i]
+			kind, w := int64(2), int64(0)
+			switch it.lim.Algorithm {
+			case ratelimit.FixedWindow:
+				kind, w = 0, int64(it.lim.Window/time.Millisecond)
+			case ratelimit.SlidingWindow:
+				kind, w = 1, int64(it.lim.Window/time.Millisecond)
+			}
+			calls[i] = call{
+				keys: []string{s.counterKey(it.key, it.id)},
+				args: []string{nowArg, strconv.FormatInt(kind, 10), strconv.FormatInt(w, 10),
+					strconv.FormatInt(it.p[0].start, 10), strconv.FormatInt(it.p[0].d, 10),
+					strconv.FormatInt(it.p[1].start, 10), strconv.FormatInt(it.p[1].d, 10), s.minTTL()},
+			}
+		}
 		res, trips := syncScript.execMulti(ctx, s.rc, calls)
 		s.redisCalls.Add(uint64(trips))
-		for j, r := range res {
+		for i, r := range res {
 			vals, err := r.ToArray()
 			if err != nil {
 				err = replyErr("sync.lua", err)
@@ -191,13 +264,40 @@ func (s *Store) Sync(ctx context.Context, now time.Time) error {
 				fail(err)
 				continue
 			}
-			s.local.merge(&items[push[j]], ratelimit.Counter{Start: v[0], Cur: v[1], Prev: v[2]}, nowUs)
+			s.local.merge(&items[i], ratelimit.Counter{Start: v[0], Cur: v[1], Prev: v[2]}, nowUs)
+			members = append(members, journalMember(items[i].key, items[i].id))
+		}
+	}
+
+	full, changed, err := s.journal(ctx, now, nowArg, members)
+	if err != nil {
+		// Others learn of these pushes from the next cycle's journal call.
+		if len(members) <= maxUnjournaled {
+			s.unjournaled = members
+		}
+		s.cursor = -1
+		fail(err)
+		return firstErr
+	}
+	var pull []syncItem
+	if full || now.Sub(s.lastFull) >= fullPullEvery {
+		pull = s.local.live(now)
+		s.lastFull = now
+	} else {
+		for _, m := range changed {
+			k, ok := parseJournalMember(m)
+			if !ok {
+				fail(fmt.Errorf("%w: journal member %q is not \"id:key\"", ErrBadReply, m))
+				continue
+			}
+			if it, ok := s.local.holds(k); ok {
+				pull = append(pull, it)
+			}
 		}
 	}
 	if len(pull) > 0 {
 		res, trips := doMulti(ctx, s.rc, len(pull), func(j int) rueidis.Completed {
-			it := &items[pull[j]]
-			return s.rc.B().Get().Key(s.counterKey(it.key, it.id)).Build()
+			return s.rc.B().Get().Key(s.counterKey(pull[j].key, pull[j].id)).Build()
 		})
 		s.redisCalls.Add(uint64(trips))
 		for j, r := range res {
@@ -206,16 +306,91 @@ func (s *Store) Sync(ctx context.Context, now time.Time) error {
 				fail(err)
 				continue
 			}
-			s.local.merge(&items[pull[j]], c, nowUs)
+			s.local.merge(&pull[j], c, nowUs)
 		}
 	}
-	if firstErr != nil {
-		s.unavailable(now, firstErr)
-		return firstErr
+	return firstErr
+}
+
+// fullPullEvery is how often a periodic cycle reads every counter the node
+// holds, whatever the journal says: it bounds how long a counter can stay
+// stale if a push was never journaled (a node died between the two) or the
+// journal lost writes in a failover.
+const fullPullEvery = 10 * time.Second
+
+// maxUnjournaled bounds the pushes a node keeps to journal again after a
+// failed journal call; beyond it they are dropped and others learn of them
+// by their next full read.
+const maxUnjournaled = 1 << 16
+
+// maxJournalArgs is how many members one journal.lua call records; more
+// are split over several calls in one pipeline.
+const maxJournalArgs = 4096
+
+// journal records members (counters pushed since the previous call) and
+// returns either full (read every counter) or the counters others pushed
+// since this node's previous call.
+func (s *Store) journal(ctx context.Context, now time.Time, nowArg string, members []string) (full bool, changed []string, err error) {
+	keys := []string{s.tag + "}:journal", s.tag + "}:journal:seq", s.tag + "}:journal:marks"}
+	retention := strconv.FormatInt(int64(max(fullPullEvery, 50*s.opts.SyncRate)/time.Millisecond), 10)
+	head := []string{nowArg, strconv.FormatInt(s.cursor, 10), s.epoch, retention}
+	n := max(1, (len(members)+maxJournalArgs-1)/maxJournalArgs)
+	calls := make([]call, n)
+	for i := range calls {
+		chunk := members[min(i*maxJournalArgs, len(members)):min((i+1)*maxJournalArgs, len(members))]
+		calls[i] = call{keys: keys, args: append(append(make([]string, 0, len(head)+len(chunk)), head...), chunk...)}
 	}
-	s.br.success()
-	s.syncs.Add(1)
-	return nil
+	res, trips := journalScript.execMulti(ctx, s.rc, calls)
+	s.redisCalls.Add(uint64(trips))
+	var seq int64
+	var epoch string
+	for _, r := range res {
+		vals, err := r.ToArray()
+		if err != nil {
+			return false, nil, replyErr("journal.lua", err)
+		}
+		if len(vals) < 3 {
+			return false, nil, fmt.Errorf("%w: journal.lua returned %d values, want at least 3", ErrBadReply, len(vals))
+		}
+		if seq, err = vals[0].AsInt64(); err != nil {
+			return false, nil, fmt.Errorf("%w: journal.lua sequence: %w", ErrBadReply, err)
+		}
+		if epoch, err = vals[1].ToString(); err != nil {
+			return false, nil, fmt.Errorf("%w: journal.lua epoch: %w", ErrBadReply, err)
+		}
+		f, err := vals[2].AsInt64()
+		if err != nil {
+			return false, nil, fmt.Errorf("%w: journal.lua flag: %w", ErrBadReply, err)
+		}
+		full = full || f == 1
+		for _, v := range vals[3:] {
+			m, err := v.ToString()
+			if err != nil {
+				return false, nil, fmt.Errorf("%w: journal.lua member: %w", ErrBadReply, err)
+			}
+			changed = append(changed, m)
+		}
+	}
+	s.cursor, s.epoch = seq, epoch
+	return full, changed, nil
+}
+
+// journalMember names a counter in the journal: its limit's counter id and
+// its key.
+func journalMember(key string, id uint64) string {
+	return strconv.FormatUint(id, 10) + ":" + key
+}
+
+func parseJournalMember(m string) (lkey, bool) {
+	i := strings.IndexByte(m, ':')
+	if i <= 0 {
+		return lkey{}, false
+	}
+	id, err := strconv.ParseUint(m[:i], 10, 64)
+	if err != nil {
+		return lkey{}, false
+	}
+	return lkey{key: m[i+1:], id: id}, true
 }
 
 // parseCounter reads a counter as GET returns it: the string "s c p" that

@@ -1,0 +1,175 @@
+package redisstore
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/seed-008287da/sluice/internal/testservers"
+	"github.com/seed-008287da/sluice/ratelimit"
+	"github.com/seed-008287da/sluice/ratelimit/ratelimittest"
+)
+
+var getCalls = regexp.MustCompile(`cmdstat_get:calls=(\d+)`)
+
+// gets returns how many GET commands srv has run.
+func gets(t *testing.T, srv *testservers.RedisServer) int {
+	t.Helper()
+	info, _ := srv.Do(t, "INFO", "commandstats").(string)
+	m := getCalls.FindStringSubmatch(info)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+func syncAt(t *testing.T, s *Store, now time.Time) {
+	t.Helper()
+	if err := s.Sync(context.Background(), now); err != nil {
+		t.Fatalf("sync at %s: %v", now.Sub(ratelimittest.T0), err)
+	}
+}
+
+// A periodic cycle reads from Redis only the counters other nodes changed
+// since the node's previous cycle, however many idle counters it holds;
+// the node still learns every total the others pushed.
+func TestPeriodicCycleReadsOnlyWhatChanged(t *testing.T) {
+	srv, c := standalone(t)
+	opts := Options{Namespace: "journal-reads", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	a, b := newStore(t, c, opts), newStore(t, c, opts)
+	now := ratelimittest.At(5 * time.Second)
+	lim := []ratelimit.Limit{ratelimit.PerMinute(10).Fixed()}
+	req := func(i int) ratelimit.Request {
+		return ratelimit.Request{Key: "k" + strconv.Itoa(i), Limits: lim, Now: now}
+	}
+	for i := range 200 {
+		take(t, a, req(i))
+	}
+	syncAt(t, a, now) // pushes 200, then (first cycle) reads the 200
+	for range 3 {
+		take(t, b, req(7))
+	}
+	syncAt(t, b, now)
+
+	before := gets(t, srv)
+	syncAt(t, a, now.Add(100*time.Millisecond))
+	if n := gets(t, srv) - before; n != 1 {
+		t.Fatalf("node a's cycle ran %d GETs, want 1: the counter node b pushed", n)
+	}
+	if d := take(t, a, req(7)); d.State(0).Remaining != 5 {
+		t.Fatalf("node a: remaining %d on k7, want 5 (1 + 3 counted, plus this call)", d.State(0).Remaining)
+	}
+	before = gets(t, srv)
+	syncAt(t, b, now.Add(200*time.Millisecond)) // nothing changed elsewhere
+	if n := gets(t, srv) - before; n != 0 {
+		t.Fatalf("an idle cycle ran %d GETs, want 0", n)
+	}
+}
+
+// A node pushing a counter that another node pushed after its previous
+// cycle reads it back: the total sync.lua returned may predate that push.
+func TestPeriodicCycleRereadsCountersBothNodesPushed(t *testing.T) {
+	_, c := standalone(t)
+	opts := Options{Namespace: "journal-both", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	a, b := newStore(t, c, opts), newStore(t, c, opts)
+	now := ratelimittest.At(5 * time.Second)
+	r := ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{ratelimit.PerMinute(100).Fixed()}, Now: now}
+	take(t, a, r)
+	syncAt(t, a, now)
+	take(t, b, r)
+	syncAt(t, b, now)
+	take(t, a, r)
+	take(t, b, r)
+	syncAt(t, b, now.Add(100*time.Millisecond))
+	syncAt(t, a, now.Add(100*time.Millisecond))
+	syncAt(t, b, now.Add(200*time.Millisecond))
+	for name, s := range map[string]*Store{"a": a, "b": b} {
+		if d := take(t, s, r); d.State(0).Remaining != 95 {
+			t.Fatalf("node %s: remaining %d, want 95 (4 counted by both nodes, plus this call)", name, d.State(0).Remaining)
+		}
+	}
+}
+
+// When the journal is lost (a flush, a new server) a node cannot trust its
+// place in it, even once the new journal's numbers pass it: it reads every
+// counter it holds.
+func TestJournalLossMeansFullRead(t *testing.T) {
+	srv, c := standalone(t)
+	opts := Options{Namespace: "journal-lost", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	a, b := newStore(t, c, opts), newStore(t, c, opts)
+	now := ratelimittest.At(5 * time.Second)
+	r := ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{ratelimit.PerMinute(100).Fixed()}, Now: now}
+	take(t, a, r)
+	syncAt(t, a, now)
+	syncAt(t, a, now) // a's cursor is now 2
+	srv.Do(t, "FLUSHALL")
+	take(t, b, r)
+	take(t, b, r)
+	for i := range 5 { // the new journal's sequence passes a's cursor
+		syncAt(t, b, now.Add(time.Duration(i)*time.Millisecond))
+	}
+	syncAt(t, a, now.Add(100*time.Millisecond))
+	if d := take(t, a, r); d.State(0).Remaining != 97 {
+		t.Fatalf("node a: remaining %d after the flush, want 97 (Redis holds b's 2 hits, plus this call)", d.State(0).Remaining)
+	}
+}
+
+// Journal entries older than the retention are dropped, so the journal
+// holds only recent changes; a node whose place in it is older reads every
+// counter it holds.
+func TestJournalIsTrimmedByAge(t *testing.T) {
+	srv, c := standalone(t)
+	opts := Options{Namespace: "journal-trim", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	a, b := newStore(t, c, opts), newStore(t, c, opts)
+	now := ratelimittest.At(5 * time.Second)
+	lim := []ratelimit.Limit{ratelimit.PerHour(100).Fixed()}
+	take(t, a, ratelimit.Request{Key: "old", Limits: lim, Now: now})
+	syncAt(t, a, now)
+	later := now.Add(fullPullEvery + time.Second) // past the retention (max(10 s, 50 x 100 ms))
+	take(t, b, ratelimit.Request{Key: "new", Limits: lim, Now: later})
+	syncAt(t, b, later)
+	journal := a.tag + "}:journal"
+	if n, _ := srv.Do(t, "ZCARD", journal).(int64); n != 1 {
+		t.Fatalf("journal holds %d members after the retention, want 1 (the new one)", n)
+	}
+	if m, _ := srv.Do(t, "ZRANGE", journal, "0", "-1").([]any); len(m) != 1 || m[0] != journalMember("new", lim[0].CounterID()) {
+		t.Fatalf("journal members %v, want only the new counter", m)
+	}
+	take(t, b, ratelimit.Request{Key: "old", Limits: lim, Now: later})
+	syncAt(t, b, later.Add(100*time.Millisecond))
+	before := gets(t, srv)
+	syncAt(t, a, later.Add(200*time.Millisecond)) // a's cursor predates the trim
+	if n := gets(t, srv) - before; n != 1 {
+		t.Fatalf("node a ran %d GETs, want 1: a full read of the one counter it holds", n)
+	}
+	if d := take(t, a, ratelimit.Request{Key: "old", Limits: lim, Now: later}); d.State(0).Remaining != 97 {
+		t.Fatalf("node a: remaining %d on old, want 97", d.State(0).Remaining)
+	}
+}
+
+// On Cluster the journal sits in one slot and the counters in theirs; a
+// cycle still reads only what changed.
+func TestPeriodicJournalCluster(t *testing.T) {
+	_, c := cluster(t)
+	opts := Options{Namespace: "journal-cluster", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	a, b := newStore(t, c, opts), newStore(t, c, opts)
+	now := ratelimittest.At(5 * time.Second)
+	lim := []ratelimit.Limit{ratelimit.PerMinute(100)}
+	for i := range 50 {
+		take(t, a, ratelimit.Request{Key: "k" + strconv.Itoa(i), Limits: lim, Now: now})
+	}
+	syncAt(t, a, now)
+	for i := range 50 {
+		take(t, b, ratelimit.Request{Key: "k" + strconv.Itoa(i), Limits: lim, Now: now})
+	}
+	syncAt(t, b, now)
+	syncAt(t, a, now.Add(100*time.Millisecond))
+	for i := range 50 {
+		if d := take(t, a, ratelimit.Request{Key: "k" + strconv.Itoa(i), Limits: lim, Now: now}); d.State(0).Remaining != 97 {
+			t.Fatalf("node a: remaining %d on k%d, want 97 (one hit of each node, plus this call)", d.State(0).Remaining, i)
+		}
+	}
+}
