@@ -70,9 +70,9 @@ type Options struct {
 
 	// SyncRate is Kong's sync_rate as a duration. LocalOnly (or any
 	// negative value) keeps counters in this process only; zero consults
-	// Redis on every decision; a positive value counts locally and pushes
-	// the hits of every key to Redis, pulling back the totals of all nodes,
-	// once per SyncRate, in one pipeline.
+	// Redis on every decision; a positive value counts locally and, once
+	// per SyncRate, pushes the hits of the keys used since the last cycle
+	// and pulls back the totals other nodes changed (see Sync).
 	SyncRate time.Duration
 	// ManualSync runs no background goroutine: the caller runs Sync, which
 	// pushes and pulls (with SyncRate > 0) and drops expired local
