@@ -661,8 +661,8 @@ type Stats struct {
 	// periodic mode, which are local by design).
 	LocalDecisions uint64
 	// RedisCalls counts round trips to Redis: one per decision in
-	// synchronous mode (two when a script had to be loaded), one pipeline
-	// per sync cycle.
+	// synchronous mode (two when a script had to be loaded), up to three
+	// pipelines per sync cycle (push, journal, pull).
 	RedisCalls uint64
 	// RedisErrors counts failed round trips.
 	RedisErrors uint64
