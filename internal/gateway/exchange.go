@@ -45,6 +45,7 @@ type Exchange struct {
 	RequestID string
 
 	gen             *generation
+	chain           *chain
 	proxied         bool
 	upstreamLatency time.Duration
 	proxyLatency    time.Duration

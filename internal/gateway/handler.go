@@ -26,13 +26,6 @@ import (
 
 const jsonType = "application/json; charset=utf-8"
 
-// hopHeaders are removed in both directions (RFC 9110 7.6.1), with every
-// header named in Connection.
-var hopHeaders = []string{
-	"Connection", "Keep-Alive", "Proxy-Connection", "TE", "Trailer", "Upgrade",
-	"Proxy-Authenticate", "Proxy-Authorization",
-}
-
 func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	g.inflight.Add(1)
@@ -83,14 +76,16 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	if !routeAllowsScheme(m.Route, requestScheme(ctx, g.opts.ClientIP.Trusted(peer))) {
 		if code := m.Route.HTTPSRedirectStatusCode; code != fasthttp.StatusUpgradeRequired {
 			x.Respond(code, "", nil)
-			ctx.Response.Header.Set("Location", "https://"+hostOnly(string(ctx.Host()))+string(ctx.RequestURI()))
+			loc := append(append([]byte("https://"), hostOnly(ctx.Host())...), ctx.RequestURI()...)
+			ctx.Response.Header.SetCanonical(hdrLocation, loc)
 			return
 		}
 		x.RespondError(fasthttp.StatusUpgradeRequired, "Please use HTTPS protocol")
 		return
 	}
 
-	for _, list := range gen.chains[m.Route].names {
+	x.chain = gen.chains[m.Route]
+	for _, list := range x.chain.names {
 		in := pick(list, x.Consumer)
 		if in == nil {
 			continue
@@ -119,11 +114,12 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	// Kong's latency_tokens: time spent in sluice before proxying and
 	// waiting for the upstream's headers, or answering itself.
 	h := &ctx.Response.Header
+	var num [20]byte
 	if x.proxied {
-		h.Set("X-Kong-Upstream-Latency", strconv.FormatInt(x.upstreamLatency.Milliseconds(), 10))
-		h.Set("X-Kong-Proxy-Latency", strconv.FormatInt(x.proxyLatency.Milliseconds(), 10))
+		h.SetCanonical(hdrKongUpstreamLat, strconv.AppendInt(num[:0], x.upstreamLatency.Milliseconds(), 10))
+		h.SetCanonical(hdrKongProxyLat, strconv.AppendInt(num[:0], x.proxyLatency.Milliseconds(), 10))
 	} else if !ended {
-		h.Set("X-Kong-Response-Latency", strconv.FormatInt(time.Since(start).Milliseconds(), 10))
+		h.SetCanonical(hdrKongResponseLat, strconv.AppendInt(num[:0], time.Since(start).Milliseconds(), 10))
 	}
 	h.Set("X-Kong-Request-Id", x.RequestID)
 }
@@ -174,7 +170,18 @@ func (g *Gateway) access(x *Exchange, in *instance) error {
 	return err
 }
 
-func (g *Gateway) requestCounter(gen *generation, r *kongconf.Route, route, service string, status int) prometheus.Counter {
+func (g *Gateway) requestCounter(gen *generation, ch *chain, r *kongconf.Route, route, service string, status int) prometheus.Counter {
+	if ch != nil {
+		for i := range ch.codes {
+			cc := ch.codes[i].Load()
+			if cc == nil {
+				break
+			}
+			if cc.code == status {
+				return cc.c
+			}
+		}
+	}
 	if gen == nil {
 		return g.metrics.requests.WithLabelValues(route, service, strconv.Itoa(status))
 	}
@@ -184,6 +191,13 @@ func (g *Gateway) requestCounter(gen *generation, r *kongconf.Route, route, serv
 	}
 	c := g.metrics.requests.WithLabelValues(route, service, strconv.Itoa(status))
 	gen.counters.Store(k, c)
+	if ch != nil {
+		for i := range ch.codes {
+			if ch.codes[i].CompareAndSwap(nil, &codeCounter{status, c}) || ch.codes[i].Load().code == status {
+				break
+			}
+		}
+	}
 	return c
 }
 
@@ -201,7 +215,7 @@ func (g *Gateway) end(x *Exchange, start time.Time) {
 	if x.Service != nil {
 		service = nameOrID(x.Service.Name, x.Service.ID)
 	}
-	g.requestCounter(x.gen, x.Route, route, service, status).Inc()
+	g.requestCounter(x.gen, x.chain, x.Route, route, service, status).Inc()
 	g.metrics.inflight.Dec()
 	if g.opts.AccessLog {
 		attrs := []slog.Attr{
@@ -245,7 +259,7 @@ func requestID(seq uint64, t time.Time) string {
 // requestScheme is https for a TLS connection, or when a trusted proxy
 // says so in X-Forwarded-Proto.
 func requestScheme(ctx *fasthttp.RequestCtx, trusted bool) string {
-	if ctx.IsTLS() || (trusted && strings.EqualFold(string(ctx.Request.Header.Peek("X-Forwarded-Proto")), "https")) {
+	if ctx.IsTLS() || (trusted && bytes.EqualFold(ctx.Request.Header.PeekCanonical(hdrXForwardedProto), protoHTTPS)) {
 		return "https"
 	}
 	return "http"
@@ -261,7 +275,7 @@ func routeAllowsScheme(r *kongconf.Route, scheme string) bool {
 }
 
 func isUpgrade(h *fasthttp.RequestHeader) bool {
-	return len(h.Peek("Upgrade")) > 0 && headerHasToken(h.Peek("Connection"), "upgrade")
+	return len(h.PeekCanonical(hdrUpgrade)) > 0 && headerHasToken(h.PeekCanonical(hdrConnection), "upgrade")
 }
 
 func headerHasToken(v []byte, token string) bool {
@@ -293,73 +307,75 @@ func (g *Gateway) prepareUpstream(ctx *fasthttp.RequestCtx, x *Exchange, keepUpg
 	h := &req.Header
 	var upgrade []byte
 	if keepUpgrade {
-		upgrade = append(upgrade, h.Peek("Upgrade")...)
+		upgrade = append(upgrade, h.PeekCanonical(hdrUpgrade)...)
 	}
-	for _, name := range connectionTokens(h.Peek("Connection")) {
-		h.Del(name)
-	}
-	for _, name := range hopHeaders {
-		h.Del(name)
-	}
+	delHopHeaders(h, requestHops(h))
 	if keepUpgrade {
 		h.Set("Connection", "Upgrade")
 		h.SetBytesV("Upgrade", upgrade)
 	}
 	h.ResetConnectionClose()
 
-	origHost := string(ctx.Host())
 	peer, _ := peerAddr(ctx)
 	trusted := g.opts.ClientIP.Trusted(peer)
-	proto := "http"
+	proto := protoHTTP
 	if ctx.IsTLS() {
-		proto = "https"
+		proto = protoHTTPS
 	}
-	port := ""
-	if la, ok := ctx.LocalAddr().(*net.TCPAddr); ok {
-		port = strconv.Itoa(la.Port)
+	// Header values are built in one scratch buffer: SetCanonical copies
+	// the value, so the buffer is free again after each call.
+	var scratch [64]byte
+	buf := scratch[:0]
+	buf = append(buf, h.PeekCanonical(hdrXForwardedFor)...)
+	if len(buf) > 0 {
+		buf = append(buf, ", "...)
 	}
-	prefix := ""
-	if x.Route.StripPath && x.Match.Prefix != "/" {
-		prefix = x.Match.Prefix
-	}
-	fwdFor := peer.String()
-	if prev := h.Peek("X-Forwarded-For"); len(prev) > 0 {
-		fwdFor = string(prev) + ", " + fwdFor
-	}
-	setIfUntrusted := func(name, own string) {
-		if !trusted || len(h.Peek(name)) == 0 {
-			h.Set(name, own)
+	h.SetCanonical(hdrXForwardedFor, appendAddr(buf, peer))
+	h.SetCanonical(hdrXRealIP, appendAddr(buf[:0], x.ClientIP))
+	setIfUntrusted := func(name, own []byte) {
+		if !trusted || len(h.PeekCanonical(name)) == 0 {
+			h.SetCanonical(name, own)
 		}
 	}
-	h.Set("X-Forwarded-For", fwdFor)
-	h.Set("X-Real-IP", x.ClientIP.String())
-	setIfUntrusted("X-Forwarded-Proto", proto)
-	setIfUntrusted("X-Forwarded-Host", hostOnly(origHost))
-	setIfUntrusted("X-Forwarded-Port", port)
-	setIfUntrusted("X-Forwarded-Path", string(ctx.Path()))
-	if prefix != "" {
-		setIfUntrusted("X-Forwarded-Prefix", prefix)
-	} else if !trusted {
+	setIfUntrusted(hdrXForwardedProto, proto)
+	// The Host header is read once for X-Forwarded-Host and, with
+	// preserve_host, for the upstream; h.SetHost below may reuse its bytes.
+	origHost := append(buf[:0], ctx.Host()...)
+	setIfUntrusted(hdrXForwardedHost, hostOnly(origHost))
+	if la, ok := ctx.LocalAddr().(*net.TCPAddr); ok {
+		var port [8]byte
+		setIfUntrusted(hdrXForwardedPort, strconv.AppendInt(port[:0], int64(la.Port), 10))
+	} else {
+		setIfUntrusted(hdrXForwardedPort, nil)
+	}
+	setIfUntrusted(hdrXForwardedPath, ctx.Path())
+	if x.Route.StripPath && x.Match.Prefix != "/" && x.Match.Prefix != "" {
+		var prefix [64]byte
+		setIfUntrusted(hdrXForwardedPrefix, append(prefix[:0], x.Match.Prefix...))
+	} else if !trusted && hasRequestHeader(h, hdrXForwardedPrefix) {
 		h.Del("X-Forwarded-Prefix")
 	}
 
 	uri := req.URI()
 	uri.SetPath(x.Match.UpstreamPath(svc.Path))
 	uri.SetScheme(svc.Protocol)
-	host := origHost
-	if !x.Route.PreserveHost {
-		host = svc.Host
+	if x.Route.PreserveHost {
+		uri.SetHostBytes(origHost)
+		h.SetHostBytes(origHost)
+	} else {
+		host := svc.Host
 		if (svc.Protocol == "http" && svc.Port != 80) || (svc.Protocol == "https" && svc.Port != 443) {
 			host = svc.Addr()
 		}
+		uri.SetHost(host)
+		h.SetHost(host)
 	}
-	uri.SetHost(host)
-	h.SetHost(host)
 	req.UseHostHeader = true
 }
 
-func hostOnly(h string) string {
-	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.HasSuffix(h, "]") {
+// hostOnly returns a Host header without its port.
+func hostOnly(h []byte) []byte {
+	if i := bytes.LastIndexByte(h, ':'); i >= 0 && !bytes.HasSuffix(h, []byte("]")) {
 		return h[:i]
 	}
 	return h
@@ -485,12 +501,7 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) 
 	}
 	uresp.Header.CopyTo(&ctx.Response.Header)
 	rh := &ctx.Response.Header
-	for _, name := range connectionTokens(uresp.Header.Peek("Connection")) {
-		rh.Del(name)
-	}
-	for _, name := range hopHeaders {
-		rh.Del(name)
-	}
+	delHopHeaders(rh, responseHops(rh))
 	rh.ResetConnectionClose()
 	if !uresp.IsBodyStream() {
 		ctx.Response.SetBodyRaw(append([]byte(nil), uresp.Body()...))

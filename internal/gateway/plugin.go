@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -116,6 +117,15 @@ func rank(p *kongconf.Plugin) (int, bool) {
 // priority order; each candidate list is sorted most specific first.
 type chain struct {
 	names [][]*instance
+	// codes caches the request counters of the first few status codes the
+	// route answered with, so that counting a request neither hashes
+	// labels nor boxes a sync.Map key.
+	codes [4]atomic.Pointer[codeCounter]
+}
+
+type codeCounter struct {
+	code int
+	c    prometheus.Counter
 }
 
 // buildChain selects the instances that can apply to route r (those whose

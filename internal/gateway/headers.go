@@ -1,0 +1,152 @@
+package gateway
+
+import (
+	"net/netip"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Header names in fasthttp's canonical form, for the *Canonical methods of
+// fasthttp's headers: Set, Peek and Del normalize their key on every call
+// (copy and case-fold), which the proxy path would otherwise pay for about
+// twenty times per request. TestCanonicalHeaderNames checks each against
+// fasthttp's own normalization.
+var (
+	hdrConnection         = []byte("Connection")
+	hdrUpgrade            = []byte("Upgrade")
+	hdrXForwardedFor      = []byte("X-Forwarded-For")
+	hdrXForwardedProto    = []byte("X-Forwarded-Proto")
+	hdrXForwardedHost     = []byte("X-Forwarded-Host")
+	hdrXForwardedPort     = []byte("X-Forwarded-Port")
+	hdrXForwardedPath     = []byte("X-Forwarded-Path")
+	hdrXForwardedPrefix   = []byte("X-Forwarded-Prefix")
+	hdrXRealIP            = []byte("X-Real-Ip")
+	hdrKongUpstreamLat    = []byte("X-Kong-Upstream-Latency")
+	hdrKongProxyLat       = []byte("X-Kong-Proxy-Latency")
+	hdrKongResponseLat    = []byte("X-Kong-Response-Latency")
+	hdrKongRequestID      = []byte("X-Kong-Request-Id")
+	hdrLocation           = []byte("Location")
+	canonicalHeaderChecks = [][]byte{hdrConnection, hdrUpgrade, hdrXForwardedFor, hdrXForwardedProto,
+		hdrXForwardedHost, hdrXForwardedPort, hdrXForwardedPath, hdrXForwardedPrefix, hdrXRealIP,
+		hdrKongUpstreamLat, hdrKongProxyLat, hdrKongResponseLat, hdrKongRequestID, hdrLocation}
+
+	protoHTTP  = []byte("http")
+	protoHTTPS = []byte("https")
+)
+
+// hopHeaders are removed in both directions (RFC 9110 7.6.1), with every
+// header named in Connection.
+var hopHeaders = [...]string{
+	"Connection", "Keep-Alive", "Proxy-Connection", "TE", "Trailer", "Upgrade",
+	"Proxy-Authenticate", "Proxy-Authorization",
+}
+
+// delHopHeaders removes from h the hop-by-hop headers present (bit i of
+// present for hopHeaders[i]) and those named in Connection. A fasthttp
+// Del costs a key normalization and a scan of every header, so the callers
+// scan the headers once (requestHops, responseHops) and only those present
+// are deleted, in the same order as deleting every name would (fasthttp's
+// Del moves the last header into the deleted one's place, so the order of
+// deletions shows in the order of the remaining headers).
+func delHopHeaders(h interface {
+	PeekCanonical(key []byte) []byte
+	Del(key string)
+}, present uint) {
+	if present&1 != 0 { // hopHeaders[0] is Connection
+		for _, name := range connectionTokens(h.PeekCanonical(hdrConnection)) {
+			h.Del(name)
+		}
+	}
+	for i, name := range hopHeaders {
+		if present&(1<<i) != 0 {
+			h.Del(name)
+		}
+	}
+}
+
+// allHops makes delHopHeaders delete every hop-by-hop name.
+const allHops = 1<<len(hopHeaders) - 1
+
+// requestHops returns which hop-by-hop headers h has, for delHopHeaders.
+// A chunked body may have brought trailers, which All does not list, so
+// it then reports every one.
+func requestHops(h *fasthttp.RequestHeader) uint {
+	if h.ContentLength() == -1 {
+		return allHops
+	}
+	var present uint
+	for k := range h.All() {
+		if i := hopIndex(k); i >= 0 {
+			present |= 1 << i
+		}
+	}
+	return present
+}
+
+// responseHops returns which hop-by-hop headers h has. The trailers of an
+// upstream response are read with its body, after the headers are copied,
+// so All lists every header Del would see.
+func responseHops(h *fasthttp.ResponseHeader) uint {
+	var present uint
+	for k := range h.All() {
+		if i := hopIndex(k); i >= 0 {
+			present |= 1 << i
+		}
+	}
+	return present
+}
+
+// hasRequestHeader reports whether h has the header name (canonical),
+// even with an empty value.
+func hasRequestHeader(h *fasthttp.RequestHeader, name []byte) bool {
+	for k := range h.All() {
+		if string(k) == string(name) {
+			return true
+		}
+	}
+	return false
+}
+
+// hopIndex returns the index of name in hopHeaders (any case), or -1.
+func hopIndex(name []byte) int {
+	switch len(name) {
+	case 2, 7, 10, 16, 18, 19:
+	default:
+		return -1
+	}
+	for i, h := range hopHeaders {
+		if equalFoldASCII(name, h) {
+			return i
+		}
+	}
+	return -1
+}
+
+// equalFoldASCII reports whether b and s are equal under ASCII case
+// folding (header names are ASCII).
+func equalFoldASCII(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range len(b) {
+		c, d := b[i], s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if 'A' <= d && d <= 'Z' {
+			d += 'a' - 'A'
+		}
+		if c != d {
+			return false
+		}
+	}
+	return true
+}
+
+// appendAddr appends a.String() to b.
+func appendAddr(b []byte, a netip.Addr) []byte {
+	if !a.IsValid() {
+		return append(b, "invalid IP"...) // what String returns for the zero Addr
+	}
+	return a.AppendTo(b)
+}
