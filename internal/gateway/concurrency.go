@@ -325,7 +325,7 @@ func (p *concurrency) key(x *Exchange) string {
 		v = x.Identifier
 	}
 	if v == "" {
-		return ratelimit.Key("ip", x.ClientIP.String())
+		return ratelimit.Key("ip", x.clientIP())
 	}
 	return ratelimit.Key(p.ident, v)
 }

@@ -143,7 +143,7 @@ func (d *sluiceDimensions) Access(x *Exchange) error {
 		in.Path = x.Path()
 	}
 	if n.ClientIP {
-		in.ClientIP = x.ClientIP.String()
+		in.ClientIP = x.clientIP()
 	}
 	if n.Consumer && x.Consumer != nil {
 		in.Consumer = dimensions.ConsumerInfo{ID: x.Consumer.ID, Username: x.Consumer.Username, CustomID: x.Consumer.CustomID}

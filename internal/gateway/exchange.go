@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -19,7 +21,7 @@ import (
 // and the few changes plugins make (answer the request, add response
 // headers, remove a credential before proxying, run code when the response
 // has ended). It is valid only during the request; plugins must not keep
-// it.
+// it: once the request has ended, the gateway reuses it for another one.
 type Exchange struct {
 	ctx     *fasthttp.RequestCtx
 	Context context.Context
@@ -41,8 +43,6 @@ type Exchange struct {
 	// rate-limiting-advanced plugins for this request (policy.Request's
 	// Quota): the quota override sluice-dimensions found for the key.
 	Quota policy.Quota
-	// RequestID is the id sent in X-Kong-Request-Id and in error bodies.
-	RequestID string
 
 	gen             *generation
 	chain           *chain
@@ -58,6 +58,69 @@ type Exchange struct {
 	responded       bool
 	onEnd           []func()
 	plugins         []pluginOutcome
+	pluginBuf       [4]pluginOutcome // backs plugins for the usual few
+
+	requestID    [32]byte // RequestID's bytes, for the response header
+	requestIDLen int
+
+	// Scratch for the rate-limiting plugins: a policy.Request and its
+	// headers, so that a decision allocates neither.
+	polReq policy.Request
+	polHdr [8]policy.Header
+
+	// Kept when the Exchange is reused (see release). header is x.Header
+	// bound once: a method value made per request would be allocated.
+	// path and ipStr are the strings of the last request path and client
+	// address, reused while they repeat (strings are immutable, so a
+	// plugin that kept one still sees its own request's value).
+	header func(string) string
+	path   string
+	ipStr  string
+	ipAddr netip.Addr
+}
+
+var exchanges = sync.Pool{New: func() any {
+	x := new(Exchange)
+	x.header = x.Header
+	return x
+}}
+
+// acquireExchange returns an Exchange for the request in ctx, with the
+// given request id (a sequence number, and the time it is combined with).
+func acquireExchange(ctx *fasthttp.RequestCtx, now time.Time, seq uint64, start time.Time) *Exchange {
+	x := exchanges.Get().(*Exchange)
+	x.ctx, x.Context, x.Now = ctx, ctx, now
+	x.respHeaders = x.hdrBuf[:0]
+	x.plugins = x.pluginBuf[:0]
+	b := strconv.AppendInt(x.requestID[:0], start.UnixNano(), 36)
+	b = append(b, '-')
+	b = strconv.AppendUint(b, seq, 36)
+	x.requestIDLen = copy(x.requestID[:], b) // at most 13+1+13 bytes: in place
+	if p := ctx.Path(); string(p) != x.path {
+		x.path = string(p)
+	}
+	return x
+}
+
+// release clears x, keeping its reusable parts, and returns it to the
+// pool. Nothing may use x afterwards.
+func (x *Exchange) release() {
+	header, path, ipStr, ipAddr := x.header, x.path, x.ipStr, x.ipAddr
+	*x = Exchange{}
+	x.header, x.path, x.ipStr, x.ipAddr = header, path, ipStr, ipAddr
+	exchanges.Put(x)
+}
+
+// RequestID returns the id sent in X-Kong-Request-Id and in error bodies.
+func (x *Exchange) RequestID() string { return string(x.requestID[:x.requestIDLen]) }
+
+// clientIP returns ClientIP.String(), reusing the previous request's
+// string when the address is the same.
+func (x *Exchange) clientIP() string {
+	if x.ipStr == "" || x.ipAddr != x.ClientIP {
+		x.ipAddr, x.ipStr = x.ClientIP, x.ClientIP.String()
+	}
+	return x.ipStr
 }
 
 type pluginOutcome struct {
@@ -66,11 +129,32 @@ type pluginOutcome struct {
 }
 
 // Method returns the request method.
-func (x *Exchange) Method() string { return string(x.ctx.Method()) }
+func (x *Exchange) Method() string { return methodString(x.ctx.Method()) }
+
+// methodString returns string(m) without allocating for the usual methods.
+func methodString(m []byte) string {
+	switch string(m) {
+	case fasthttp.MethodGet:
+		return fasthttp.MethodGet
+	case fasthttp.MethodPost:
+		return fasthttp.MethodPost
+	case fasthttp.MethodPut:
+		return fasthttp.MethodPut
+	case fasthttp.MethodDelete:
+		return fasthttp.MethodDelete
+	case fasthttp.MethodPatch:
+		return fasthttp.MethodPatch
+	case fasthttp.MethodHead:
+		return fasthttp.MethodHead
+	case fasthttp.MethodOptions:
+		return fasthttp.MethodOptions
+	}
+	return string(m)
+}
 
 // Path returns the request path (not the stripped upstream path), without
 // the query string.
-func (x *Exchange) Path() string { return string(x.ctx.Path()) }
+func (x *Exchange) Path() string { return x.path }
 
 // Host returns the Host header.
 func (x *Exchange) Host() string { return string(x.ctx.Host()) }
@@ -118,7 +202,7 @@ func (x *Exchange) Respond(status int, contentType string, body []byte) {
 // RespondError answers with Kong's JSON error body
 // {"message":"...","request_id":"..."}.
 func (x *Exchange) RespondError(status int, message string) {
-	x.Respond(status, jsonType, kongErrorBody(message, x.RequestID))
+	x.Respond(status, jsonType, kongErrorBody(message, x.RequestID()))
 }
 
 // OnEnd registers f to run once the response has been sent, or the client

@@ -33,12 +33,14 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	g.metrics.inflight.Inc()
 	// The request context ends when the server shuts down (fasthttp has
 	// no per-request cancellation when a client goes away).
-	x := &Exchange{ctx: ctx, Context: ctx, Now: g.now()}
-	x.respHeaders = x.hdrBuf[:0]
-	x.RequestID = requestID(g.reqSeq.Add(1), start)
+	now := start // the decision time, read once with start unless a clock is set
+	if g.opts.Now != nil {
+		now = g.opts.Now()
+	}
+	x := acquireExchange(ctx, now, g.reqSeq.Add(1), start)
 	if g.opts.AccessLog {
 		// Kept before the request is rewritten for the upstream.
-		x.logMethod, x.logHost, x.logPath = string(ctx.Method()), string(ctx.Host()), string(ctx.Path())
+		x.logMethod, x.logHost, x.logPath = methodString(ctx.Method()), string(ctx.Host()), x.path
 	}
 	ended := false
 	defer func() {
@@ -67,7 +69,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	}
 	x.ClientIP = g.opts.ClientIP.Resolve(peer, values, proxied)
 
-	m, ok := gen.router.Match(string(ctx.Method()), string(ctx.Host()), string(ctx.Path()), &ctx.Request.Header)
+	m, ok := gen.router.Match(methodString(ctx.Method()), string(ctx.Host()), x.path, &ctx.Request.Header)
 	if !ok {
 		x.RespondError(fasthttp.StatusNotFound, "no Route matched with those values")
 		return
@@ -91,7 +93,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 			continue
 		}
 		if err := g.access(x, in); err != nil {
-			g.log.Error("plugin failed", "plugin", in.entity.Name, "request_id", x.RequestID, "error", err.Error())
+			g.log.Error("plugin failed", "plugin", in.entity.Name, "request_id", x.RequestID(), "error", err.Error())
 			x.RespondError(fasthttp.StatusInternalServerError, "An unexpected error occurred")
 		}
 		if x.responded {
@@ -121,7 +123,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	} else if !ended {
 		h.SetCanonical(hdrKongResponseLat, strconv.AppendInt(num[:0], time.Since(start).Milliseconds(), 10))
 	}
-	h.Set("X-Kong-Request-Id", x.RequestID)
+	h.SetCanonical(hdrKongRequestID, x.requestID[:x.requestIDLen])
 }
 
 func (g *Gateway) access(x *Exchange, in *instance) error {
@@ -142,7 +144,7 @@ func (g *Gateway) access(x *Exchange, in *instance) error {
 	err := in.plugin.Access(x)
 	for _, se := range x.storeErrs[nerr:] {
 		g.metrics.storeErrors.WithLabelValues(in.entity.Name).Inc()
-		g.log.Warn("counter store failed", "plugin", in.entity.Name, "request_id", x.RequestID, "error", se.Error())
+		g.log.Warn("counter store failed", "plugin", in.entity.Name, "request_id", x.RequestID(), "error", se.Error())
 	}
 	in.latency.Observe(time.Since(t0).Seconds())
 	outcome := "allowed"
@@ -219,8 +221,8 @@ func (g *Gateway) end(x *Exchange, start time.Time) {
 	g.metrics.inflight.Dec()
 	if g.opts.AccessLog {
 		attrs := []slog.Attr{
-			slog.String("request_id", x.RequestID),
-			slog.String("client_ip", x.ClientIP.String()),
+			slog.String("request_id", x.RequestID()),
+			slog.String("client_ip", x.clientIP()),
 			slog.String("method", x.logMethod),
 			slog.String("host", x.logHost),
 			slog.String("path", x.logPath),
@@ -237,6 +239,7 @@ func (g *Gateway) end(x *Exchange, start time.Time) {
 		}
 		g.log.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs...)
 	}
+	x.release()
 	g.active.Add(-1)
 	g.inflight.Done()
 }
@@ -246,14 +249,6 @@ func nameOrID(name, id string) string {
 		return name
 	}
 	return id
-}
-
-func requestID(seq uint64, t time.Time) string {
-	b := make([]byte, 0, 32)
-	b = strconv.AppendInt(b, t.UnixNano(), 36)
-	b = append(b, '-')
-	b = strconv.AppendUint(b, seq, 36)
-	return string(b)
 }
 
 // requestScheme is https for a TLS connection, or when a trusted proxy
@@ -495,7 +490,7 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) 
 			kind, status, msg = "timeout", fasthttp.StatusGatewayTimeout, "The upstream server is timing out"
 		}
 		g.metrics.upstreamErrors.WithLabelValues(nameOrID(x.Service.Name, x.Service.ID), kind).Inc()
-		g.log.Warn("upstream failed", "request_id", x.RequestID, "service", x.Service.Name, "error", err.Error())
+		g.log.Warn("upstream failed", "request_id", x.RequestID(), "service", x.Service.Name, "error", err.Error())
 		x.RespondError(status, msg)
 		return false
 	}

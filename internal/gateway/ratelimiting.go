@@ -120,12 +120,13 @@ func policyErrors(err error) error {
 func (rl *rateLimiting) Close() error { return rl.c.Close() }
 
 func (rl *rateLimiting) Access(x *Exchange) error {
-	req := policy.Request{
-		ClientIP:     x.ClientIP.String(),
+	req := &x.polReq // reused: a policy.Request per call would escape to the heap
+	*req = policy.Request{
+		ClientIP:     x.clientIP(),
 		CredentialID: x.Credential,
 		Path:         x.Path(),
 		Method:       x.Method(),
-		Header:       x.Header,
+		Header:       x.header,
 		ScopeGroup:   rl.scope,
 		Dimension:    x.Identifier,
 		Quota:        x.Quota,
@@ -146,10 +147,9 @@ func (rl *rateLimiting) Access(x *Exchange) error {
 	var res policy.Result
 	var err error
 	if a, ok := rl.c.(*policy.Advanced); ok {
-		var buf [8]policy.Header // the usual headers, without an allocation
-		res, err = a.CheckAppend(x.Context, &req, buf[:0])
+		res, err = a.CheckAppend(x.Context, req, x.polHdr[:0]) // the usual headers, without an allocation
 	} else {
-		res, err = rl.c.Check(x.Context, &req)
+		res, err = rl.c.Check(x.Context, req)
 	}
 	if errors.Is(err, policy.ErrInvalidQuota) {
 		// Decided on the plugin's own limits; the override is at fault,

@@ -116,7 +116,7 @@ func (p *requestTermination) Access(x *Exchange) error {
 	if n, err := strconv.Atoi(port); err == nil {
 		req["port"] = n
 	}
-	out := map[string]any{"message": "request echo", "request": req, "client_ip": x.ClientIP.String()}
+	out := map[string]any{"message": "request echo", "request": req, "client_ip": x.clientIP()}
 	if x.Route != nil {
 		out["matched_route"] = map[string]any{"id": x.Route.ID, "name": x.Route.Name}
 	}

@@ -479,8 +479,15 @@ func (s *Store) takeRedis(ctx context.Context, r *ratelimit.Request) (ratelimit.
 	// A lone caller (nothing in flight, nothing queued) sends its own call
 	// and saves the hand-off to a batcher; as soon as calls overlap they
 	// queue and are batched.
-	if s.queue == nil || s.inflight.Load() == 0 && len(s.queue) == 0 {
+	// The compare-and-swap lets one caller, not every caller that looked
+	// at the same moment, take the direct path.
+	direct := s.queue == nil
+	if direct {
 		s.inflight.Add(1)
+	} else {
+		direct = len(s.queue) == 0 && s.inflight.CompareAndSwap(0, 1)
+	}
+	if direct {
 		defer s.inflight.Add(-1)
 		ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 		defer cancel()
