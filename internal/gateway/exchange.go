@@ -106,7 +106,7 @@ func acquireExchange(ctx *fasthttp.RequestCtx, now time.Time, seq uint64, start 
 // pool. Nothing may use x afterwards.
 func (x *Exchange) release() {
 	header, path, ipStr, ipAddr := x.header, x.path, x.ipStr, x.ipAddr
-	// mutated
+	*x = Exchange{}
 	x.header, x.path, x.ipStr, x.ipAddr = header, path, ipStr, ipAddr
 	exchanges.Put(x)
 }
