@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -24,9 +25,10 @@ import (
 
 // takeCall is one request waiting for a batch.
 type takeCall struct {
-	keys []string
-	args []string // now, n, cost, penalty, 4 per limit
-	n    int
+	keys   []string
+	plan   *takePlan
+	nowArg string // the request's time, or "" for Redis TIME
+	n      int
 	slot uint16
 	now  time.Time
 	done chan takeResult // buffered: a batcher never blocks on it
@@ -95,11 +97,29 @@ func (s *Store) runBatch(batch []*takeCall) {
 			j = len(batch)
 		}
 		g := batch[i:j]
+		// Each distinct plan once (usually one or two per batch), then
+		// every request's time and plan number.
+		var plans []*takePlan
+		idx := make([]int, len(g))
+		nargs := 0
+		for ci, c := range g {
+			pi := slices.Index(plans, c.plan)
+			if pi < 0 {
+				pi = len(plans)
+				plans = append(plans, c.plan)
+				nargs += len(c.plan.args)
+			}
+			idx[ci] = pi + 1
+		}
 		var keys []string
-		args := []string{itoa(int64(len(g))), s.minTTL()}
-		for _, c := range g {
+		args := make([]string, 0, 3+nargs+2*len(g))
+		args = append(args, itoa(int64(len(g))), s.minTTL(), itoa(int64(len(plans))))
+		for _, p := range plans {
+			args = append(args, p.args...)
+		}
+		for ci, c := range g {
 			keys = append(keys, c.keys...)
-			args = append(args, c.args...)
+			args = append(args, c.nowArg, itoa(int64(idx[ci])))
 		}
 		calls = append(calls, call{keys: keys, args: args})
 		groups = append(groups, g)

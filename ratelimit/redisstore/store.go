@@ -159,6 +159,10 @@ type Store struct {
 	unjournaled []string
 
 	decisions, localDecisions, redisCalls, redisErrors, syncs atomic.Uint64
+
+	// plans caches take.lua plans by planKey (see plan).
+	plans  sync.Map
+	nplans atomic.Int64
 }
 
 var _ ratelimit.Store = (*Store)(nil)
@@ -449,33 +453,11 @@ func floorDiv(a, b int64) int64 {
 func (s *Store) takeRedis(ctx context.Context, r *ratelimit.Request) (ratelimit.Decision, error) {
 	n := len(r.Limits)
 	keys := make([]string, n)
-	args := make([]string, 4, 4+4*n)
-	args[0] = s.nowArg(r.Now)
-	args[1] = itoa(int64(n))
-	args[2] = itoa(r.Cost)
-	args[3] = "0"
-	if r.Penalty {
-		args[3] = "1"
-	}
 	for i, l := range r.Limits {
 		keys[i] = s.counterKey(r.Key, l.CounterID())
-		var kind, a, b int64
-		switch l.Algorithm {
-		case ratelimit.FixedWindow:
-			kind, a = 0, int64(l.Window/time.Millisecond)
-		case ratelimit.SlidingWindow:
-			kind, a = 1, int64(l.Window/time.Millisecond)
-		default:
-			t := emission(&l)
-			kind = 2
-			a = int64(mulSat(uint64(l.Capacity()), t))
-			b = -1
-			if r.Cost <= l.Capacity() {
-				b = int64(mulSat(uint64(r.Cost), t))
-			}
-		}
-		args = append(args, itoa(kind), itoa(l.Count), itoa(a), itoa(b))
 	}
+	plan := s.plan(r)
+	now := s.nowArg(r.Now)
 	// A lone caller (nothing in flight, nothing queued) sends its own call
 	// and saves the hand-off to a batcher; as soon as calls overlap they
 	// queue and are batched.
@@ -491,7 +473,9 @@ func (s *Store) takeRedis(ctx context.Context, r *ratelimit.Request) (ratelimit.
 		defer s.inflight.Add(-1)
 		ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 		defer cancel()
-		res, trips := takeScript.exec(ctx, s.rc, keys, append([]string{"1", s.minTTL()}, args...))
+		args := make([]string, 0, 5+len(plan.args))
+		args = append(append(append(args, "1", s.minTTL(), "1"), plan.args...), now, "1")
+		res, trips := takeScript.exec(ctx, s.rc, keys, args)
 		s.redisCalls.Add(uint64(trips))
 		vals, err := res.ToArray()
 		if err != nil {
@@ -503,7 +487,7 @@ func (s *Store) takeRedis(ctx context.Context, r *ratelimit.Request) (ratelimit.
 		return s.decodeTake(r, vals)
 	}
 	c := callPool.Get().(*takeCall)
-	c.keys, c.args, c.n, c.now, c.slot = keys, args, n, r.Now, 0
+	c.keys, c.plan, c.nowArg, c.n, c.now, c.slot = keys, plan, now, n, r.Now, 0
 	if s.cluster {
 		c.slot = slot(keys[0])
 	}
@@ -533,6 +517,70 @@ func (s *Store) takeRedis(ctx context.Context, r *ratelimit.Request) (ratelimit.
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// A takePlan is the take.lua arguments that requests with the same limits,
+// cost and penalty share: cost, penalty, n and 4 values per limit. A batch
+// sends each distinct plan once.
+type takePlan struct {
+	args []string
+}
+
+// planKey identifies a plan of at most 4 limits, the ones cached.
+type planKey struct {
+	n       int
+	cost    int64
+	penalty bool
+	limits  [4]ratelimit.Limit
+}
+
+// maxPlans bounds the plans a store caches: a few per policy are usual;
+// beyond the bound, plans are built for each request.
+const maxPlans = 1024
+
+// plan returns the plan of r, cached when r has at most 4 limits.
+func (s *Store) plan(r *ratelimit.Request) *takePlan {
+	var k planKey
+	cacheable := len(r.Limits) <= len(k.limits)
+	if cacheable {
+		k.n, k.cost, k.penalty = len(r.Limits), r.Cost, r.Penalty
+		copy(k.limits[:], r.Limits)
+		if p, ok := s.plans.Load(k); ok {
+			return p.(*takePlan)
+		}
+	}
+	args := make([]string, 3, 3+4*len(r.Limits))
+	args[0] = itoa(r.Cost)
+	args[1] = "0"
+	if r.Penalty {
+		args[1] = "1"
+	}
+	args[2] = itoa(int64(len(r.Limits)))
+	for _, l := range r.Limits {
+		var kind, a, b int64
+		switch l.Algorithm {
+		case ratelimit.FixedWindow:
+			kind, a = 0, int64(l.Window/time.Millisecond)
+		case ratelimit.SlidingWindow:
+			kind, a = 1, int64(l.Window/time.Millisecond)
+		default:
+			t := emission(&l)
+			kind = 2
+			a = int64(mulSat(uint64(l.Capacity()), t))
+			b = -1
+			if r.Cost <= l.Capacity() {
+				b = int64(mulSat(uint64(r.Cost), t))
+			}
+		}
+		args = append(args, itoa(kind), itoa(l.Count), itoa(a), itoa(b))
+	}
+	p := &takePlan{args: args}
+	if cacheable && s.nplans.Load() < maxPlans {
+		if _, loaded := s.plans.LoadOrStore(k, p); !loaded {
+			s.nplans.Add(1)
+		}
+	}
+	return p
+}
 
 // replyErr wraps the error of a call. An error Redis answered that is not
 // about availability (WRONGTYPE, NOPERM, a script error) wraps ErrBadReply;

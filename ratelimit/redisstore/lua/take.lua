@@ -17,12 +17,11 @@
 -- ARGV[2]  the least time to live of a written key, in ms: 0 with Redis'
 --          clock; with the caller's clock, real time and decision time part,
 --          so keys are kept long enough for the caller's timeline.
--- then per request, at the next free index:
---   now      decision time in Unix microseconds, or "" for Redis TIME
---            (read once per batch)
---   n        number of limits
+-- ARGV[3]  number of plans P. A plan is what requests with the same limits,
+--          cost and penalty share, parsed once per batch:
 --   cost     cost (>= 1)
 --   penalty  "1" to keep a denied call counted in window limits
+--   n        number of limits
 --   then 4 values per limit:
 --     kind   0 fixed window, 1 sliding window, 2 token bucket
 --     count  Limit.Count
@@ -30,6 +29,10 @@
 --            us, T being the emission interval W/Count rounded up to a us
 --     b      window: unused (0); bucket: the increment cost*T in us, or -1
 --            when the cost exceeds the burst (never allowed)
+-- then per request, 2 values:
+--   now      decision time in Unix microseconds, or "" for Redis TIME
+--            (read once per batch)
+--   plan     the index of its plan, from 1
 --
 -- Reply: per request, 2 + 3n values: { allowed (1 or 0), now_us, s_1, c_1,
 -- p_1, ..., s_n, c_n, p_n } where s_i, c_i, p_i are the counters as read,
@@ -117,9 +120,15 @@ end
 local LK, LKIND, LW, LINC, LS, LC, LP, LCOUNTED = {}, {}, {}, {}, {}, {}, {}, {}
 local reply = {}
 
--- decide runs one request whose keys start at KEYS[k] and whose limit
--- arguments start at ARGV[j], appending its values to reply.
-local function decide(k, j, n, now_us, cost, penalty)
+-- The plans of the batch (see below), 4 values each: cost, penalty, n and
+-- the index of the first limit's values in LIM, which holds 4 values per
+-- limit: kind, count, a, b. Two tables, whatever the batch: creating
+-- tables is what a short script spends most on.
+local PLAN, LIM = {}, {}
+
+-- decide runs one request whose keys start at KEYS[k] and whose n limits'
+-- values start at LIM[l0], appending its values to reply.
+local function decide(k, l0, n, now_us, cost, penalty)
   local now_ms = (now_us - now_us % 1000) / 1000
   local base = #reply
   reply[base + 1] = 1
@@ -127,11 +136,8 @@ local function decide(k, j, n, now_us, cost, penalty)
   local denied = false
   for i = 1, n do
     local key = KEYS[k + i - 1]
-    local a0 = j + 4 * (i - 1)
-    local kind = tonumber(ARGV[a0])
-    local count = tonumber(ARGV[a0 + 1])
-    local a = tonumber(ARGV[a0 + 2])
-    local b = tonumber(ARGV[a0 + 3])
+    local l = l0 + 4 * (i - 1)
+    local kind, count, a, b = LIM[l], LIM[l + 1], LIM[l + 2], LIM[l + 3]
     local s, c, p = load(key)
     local o = base + 2 + 3 * (i - 1)
     reply[o + 1] = s
@@ -207,15 +213,29 @@ local function decide(k, j, n, now_us, cost, penalty)
   end
 end
 
-local k, j = 1, 3
+-- The plans: each a cost, a penalty flag and its limits, parsed once for
+-- every request of the batch that uses it.
+local j, l = 4, 1
+for p = 1, tonumber(ARGV[3]) do
+  local n = tonumber(ARGV[j + 2])
+  local h = 4 * p - 3
+  PLAN[h], PLAN[h + 1], PLAN[h + 2], PLAN[h + 3] = tonumber(ARGV[j]), ARGV[j + 1] == '1', n, l
+  j = j + 3
+  for _ = 1, n do
+    LIM[l], LIM[l + 1], LIM[l + 2], LIM[l + 3] = tonumber(ARGV[j]), tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
+    l = l + 4
+    j = j + 4
+  end
+end
+
+local k = 1
 for _ = 1, tonumber(ARGV[1]) do
   local now_us = ARGV[j]
-  local n = tonumber(ARGV[j + 1])
-  local cost = tonumber(ARGV[j + 2])
-  local penalty = ARGV[j + 3] == '1'
+  local h = 4 * tonumber(ARGV[j + 1]) - 3
+  local n = PLAN[h + 2]
   if now_us == '' then now_us = clock() else now_us = tonumber(now_us) end
   local mark = #reply
-  local ok, err = pcall(decide, k, j + 4, n, now_us, cost, penalty)
+  local ok, err = pcall(decide, k, PLAN[h + 3], n, now_us, PLAN[h], PLAN[h + 1])
   if not ok then
     for x = #reply, mark + 1, -1 do reply[x] = nil end
     if type(err) == 'table' then err = err.err end
@@ -223,7 +243,7 @@ for _ = 1, tonumber(ARGV[1]) do
     for x = 1, 1 + 3 * n do reply[mark + 1 + x] = 0 end
   end
   k = k + n
-  j = j + 4 + 4 * n
+  j = j + 2
 end
 
 for _, key in ipairs(order) do
