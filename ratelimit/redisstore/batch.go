@@ -29,9 +29,9 @@ type takeCall struct {
 	plan   *takePlan
 	nowArg string // the request's time, or "" for Redis TIME
 	n      int
-	slot uint16
-	now  time.Time
-	done chan takeResult // buffered: a batcher never blocks on it
+	slot   uint16
+	now    time.Time
+	done   chan takeResult // buffered: a batcher never blocks on it
 }
 
 // callPool recycles takeCalls that were answered; a call whose caller
