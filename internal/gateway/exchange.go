@@ -77,6 +77,7 @@ type Exchange struct {
 	path   string
 	ipStr  string
 	ipAddr netip.Addr
+	body   []byte // a buffered upstream body (bufferBody)
 }
 
 var exchanges = sync.Pool{New: func() any {
@@ -105,9 +106,9 @@ func acquireExchange(ctx *fasthttp.RequestCtx, now time.Time, seq uint64, start 
 // release clears x, keeping its reusable parts, and returns it to the
 // pool. Nothing may use x afterwards.
 func (x *Exchange) release() {
-	header, path, ipStr, ipAddr := x.header, x.path, x.ipStr, x.ipAddr
+	header, path, ipStr, ipAddr, body := x.header, x.path, x.ipStr, x.ipAddr, x.body
 	*x = Exchange{}
-	x.header, x.path, x.ipStr, x.ipAddr = header, path, ipStr, ipAddr
+	x.header, x.path, x.ipStr, x.ipAddr, x.body = header, path, ipStr, ipAddr, body
 	exchanges.Put(x)
 }
 

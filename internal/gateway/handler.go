@@ -504,13 +504,61 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) 
 		return false
 	}
 	n := uresp.Header.ContentLength()
+	if n >= 0 && n <= maxBufferedBody {
+		bufferBody(ctx, x, uresp, n)
+		return false
+	}
 	if n < 0 {
 		n = -1 // chunked to the client, whatever framing upstream used
 	}
-	body := &upstreamBody{r: uresp.BodyStream(), resp: uresp, end: func() { g.end(x, start) }}
+	body := &upstreamBody{r: uresp.BodyStream(), resp: uresp, g: g, x: x, start: start}
 	ctx.Response.SetBodyStream(body, n)
 	ctx.Response.ImmediateHeaderFlush = true
 	return true
+}
+
+// maxBufferedBody is the largest upstream body, by its Content-Length,
+// that is read whole before the response is sent; larger ones and those
+// without a length (chunked: event streams, long polls) are streamed.
+const maxBufferedBody = 32 << 10
+
+// bufferBody reads an upstream body of n bytes into the response, so that
+// headers and body leave in one write (as nginx's proxy_buffering does);
+// streaming costs a flush of the headers, another write for the body and
+// the stream's bookkeeping. An upstream that fails mid-body gets what
+// streaming gave: the client receives what arrived, then the connection
+// breaks.
+func bufferBody(ctx *fasthttp.RequestCtx, x *Exchange, uresp *fasthttp.Response, n int) {
+	if cap(x.body) < n {
+		x.body = make([]byte, n, max(n, 4<<10))
+	}
+	b := x.body[:n]
+	// The stream reports io.EOF with its last bytes, which lets fasthttp
+	// pool the upstream connection when the stream is closed.
+	k, err := io.ReadFull(uresp.BodyStream(), b)
+	_ = uresp.CloseBodyStream() // an error here is upstream's going away, seen by ReadFull
+	fasthttp.ReleaseResponse(uresp)
+	if err != nil {
+		ctx.Response.SetBodyStream(&brokenBody{b: append([]byte(nil), b[:k]...), err: err}, n)
+		ctx.Response.ImmediateHeaderFlush = true // as streaming would have, before the error
+		return
+	}
+	ctx.Response.SetBody(b) // a copy: x.body is reused once the request ends
+}
+
+// brokenBody returns b, then err.
+type brokenBody struct {
+	b   []byte
+	err error
+}
+
+func (b *brokenBody) Read(p []byte) (int, error) {
+	if len(b.b) == 0 {
+		return 0, b.err
+	}
+	n := copy(p, b.b)
+	b.b = b.b[n:]
+	return n, nil
 }
 
 // errBodyTooLarge ends a chunked request body over the size limit.
@@ -546,10 +594,12 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 // it is done (fully sent, or the client went away), releases the upstream
 // response and runs the log phase.
 type upstreamBody struct {
-	r    io.Reader
-	resp *fasthttp.Response
-	end  func()
-	once sync.Once
+	r     io.Reader
+	resp  *fasthttp.Response
+	g     *Gateway
+	x     *Exchange
+	start time.Time
+	once  sync.Once
 }
 
 func (b *upstreamBody) Read(p []byte) (int, error) { return b.r.Read(p) }
@@ -558,7 +608,7 @@ func (b *upstreamBody) Close() error {
 	b.once.Do(func() {
 		_ = b.resp.CloseBodyStream() // an error here is the client's or upstream's going away
 		fasthttp.ReleaseResponse(b.resp)
-		b.end()
+		b.g.end(b.x, b.start)
 	})
 	return nil
 }
