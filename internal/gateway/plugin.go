@@ -65,17 +65,39 @@ type instance struct {
 	plugin   Plugin
 	rank     int
 	priority int
-	// latency and outcomes cache the instance's metric children.
+	// latency and outcomes cache the instance's metric children: the
+	// first few outcomes in slots compared without hashing, the others in
+	// the map.
 	latency  prometheus.Observer
+	first    [4]atomic.Pointer[outcomeCounter]
 	outcomes sync.Map // string -> prometheus.Counter
 }
 
+type outcomeCounter struct {
+	outcome string
+	c       prometheus.Counter
+}
+
 func (in *instance) decision(m *Metrics, outcome string) prometheus.Counter {
+	for i := range in.first {
+		oc := in.first[i].Load()
+		if oc == nil {
+			break
+		}
+		if oc.outcome == outcome {
+			return oc.c
+		}
+	}
 	if c, ok := in.outcomes.Load(outcome); ok {
 		return c.(prometheus.Counter)
 	}
 	c := m.decisions.WithLabelValues(in.entity.Name, outcome)
 	in.outcomes.Store(outcome, c)
+	for i := range in.first {
+		if in.first[i].CompareAndSwap(nil, &outcomeCounter{outcome, c}) || in.first[i].Load().outcome == outcome {
+			break
+		}
+	}
 	return c
 }
 
