@@ -372,7 +372,16 @@ func (a *Advanced) result(res *Result, p *plan, d *ratelimit.Decision, now time.
 	// Pins are kept for every window on every evaluation, headers sent or
 	// not, as Kong keeps them.
 	repStart := a.updatePins(p, res.Key, d, rep, now)
-	states := d.States() // no allocation up to 4 windows
+	var states []ratelimit.LimitState
+	if d.Len() <= 4 {
+		states = d.States() // aliases d
+	} else {
+		// States would copy them to the heap; copy them on the stack.
+		states = make([]ratelimit.LimitState, 0, 16)
+		for i := range d.Len() {
+			states = append(states, d.State(i))
+		}
+	}
 	rs := &states[rep]
 	res.Window, res.Limit, res.Remaining = rs.Limit.Window, rs.Limit.Count, rs.Remaining
 	res.Reset = reset(p, rs, p.secs[rep], repStart, now)
@@ -389,6 +398,12 @@ func (a *Advanced) result(res *Result, p *plan, d *ratelimit.Decision, now time.
 			res.Headers = appendRejection(dst)
 		}
 		return
+	}
+	if d.Allowed && !a.ietf {
+		if hs, ok := p.headers.buildAllowed(states, rep, res.Reset, dst); ok {
+			res.Headers = hs
+			return
+		}
 	}
 	var rem [8]int64
 	v := headerValues{remaining: rem[:0], ietf: a.ietf, rejected: !d.Allowed, reported: rep, reset: res.Reset}

@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seed-008287da/sluice/ratelimit"
+	"github.com/seed-008287da/sluice/ratelimit/memorystore"
 )
 
 // t0 is an epoch-aligned instant: every window that divides an hour starts
@@ -467,6 +470,31 @@ func TestCheckAppend(t *testing.T) {
 	})
 	if n != 0 {
 		t.Errorf("CheckAppend with room: %v allocations, want 0", n)
+	}
+	// Beyond 4 windows too (the store's decision holds 4 inline).
+	six := newAdvanced(t, newRegistry(t, RegistryOptions{}), `{"limit":[10,100,1000,10000,100000,200000],"window_size":[1,60,3600,86400,2592000,31536000],"namespace":"six"}`)
+	ips := []string{"10.0.1.1", "10.0.1.2", "10.0.1.3", "10.0.1.4", "10.0.1.5", "10.0.1.6", "10.0.1.7", "10.0.1.8", "10.0.1.9", "10.0.1.10", "10.0.1.11", "10.0.1.12"}
+	i := 0
+	n = testing.AllocsPerRun(100, func() { // at most 9 calls per client: all allowed
+		r := Request{ClientIP: ips[i%len(ips)], Now: t0}
+		i++
+		if res, err := six.CheckAppend(context.Background(), &r, buf[:0]); err != nil || len(res.Headers) != 15 {
+			t.Fatalf("six windows: %d headers, %v; want 15", len(res.Headers), err)
+		}
+	})
+	// The store's own decision allocates beyond 4 limits; the policy adds
+	// nothing to it.
+	store := memorystore.New(memorystore.Options{})
+	defer store.Close()
+	var lims []ratelimit.Limit
+	for _, w := range []int64{1, 60, 3600, 86400, 2592000, 31536000} {
+		lims = append(lims, ratelimit.Every(1000, time.Duration(w)*time.Second))
+	}
+	storeAllocs := testing.AllocsPerRun(100, func() {
+		_, _ = store.Take(context.Background(), ratelimit.Request{Key: "k", Limits: lims, Now: t0, Penalty: true})
+	})
+	if n != storeAllocs {
+		t.Errorf("CheckAppend with six windows: %v allocations, want the bare store's %v", n, storeAllocs)
 	}
 	b := newBasic(t, newRegistry(t, RegistryOptions{}), `{"minute":3}`, Scope{})
 	bres, err := b.CheckAppend(context.Background(), &r, buf[:0])

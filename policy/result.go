@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
+
+	"github.com/seed-008287da/sluice/ratelimit"
 )
 
 // Header is one response header.
@@ -208,22 +210,6 @@ func (hp *headerPlan) build(v *headerValues, dst []Header) []Header {
 		n++
 	}
 	remaining := v.remaining[v.reported]
-	if !v.rejected && !v.ietf && hp.cached(v) {
-		// The usual case: a copy of the template and four to five values.
-		hs := append(dst, hp.allowed...)
-		out := hs[len(dst):]
-		k := 1
-		for i := range hp.windows {
-			if !hp.windows[i].skip {
-				out[k].Value = decimal(v.remaining[i])
-				k += 2
-			}
-		}
-		out[k-1].Value = hp.windows[v.reported].limit
-		out[k].Value = decimal(remaining)
-		out[k+1].Value = decimal(v.reset)
-		return hs
-	}
 	hs := grow(dst, n)
 	var vs values
 	if v.ietf || !hp.cached(v) {
@@ -267,6 +253,33 @@ func (hp *headerPlan) build(v *headerValues, dst []Header) []Header {
 		hs = append(hs, Header{hdrContentType, contentTypeJSON})
 	}
 	return hs
+}
+
+// buildAllowed is build for the usual case, an allowed request without the
+// IETF headers, straight from the decision's states: a copy of the
+// template and a value per window plus two. It reports false, doing
+// nothing, when a value is out of the decimal cache's range.
+func (hp *headerPlan) buildAllowed(states []ratelimit.LimitState, rep int, reset int64, dst []Header) ([]Header, bool) {
+	big := uint64(reset)
+	for i := range states {
+		big |= uint64(states[i].Remaining)
+	}
+	if big >= decimalCached || len(states) != len(hp.windows) {
+		return nil, false
+	}
+	hs := append(dst, hp.allowed...)
+	out := hs[len(dst):]
+	k := 1
+	for i := range hp.windows {
+		if !hp.windows[i].skip {
+			out[k].Value = decimal(states[i].Remaining)
+			k += 2
+		}
+	}
+	out[k-1].Value = hp.windows[rep].limit
+	out[k].Value = decimal(states[rep].Remaining)
+	out[k+1].Value = decimal(reset)
+	return hs, true
 }
 
 // cached reports whether every number of v is in the decimal cache's
