@@ -13,10 +13,18 @@
 # Limits are never reached. Every run uses the same wrk script, which sends
 # a random X-Client header out of 100k values.
 #
+# Then, for the scenarios matching FIXED, the same rounds at a fixed request
+# rate below saturation (open loop, bench/cmd/fixedrate on vegeta): the
+# latency a proxy and its limiter add, which a saturated closed loop hides
+# behind queueing.
+#
 # Usage: bench/gateway.sh            (ROUNDS=3 DURATION=8s CONNS=64 THREADS=2)
 # Env:   ROUNDS, DURATION, CONNS, THREADS, ONLY (regexp over scenario names),
-#        SLUICE (a prebuilt sluice binary; default: go build ./cmd/sluice).
-# Output: a table of medians over the rounds and the ratios issue 5 asks for.
+#        SLUICE (a prebuilt sluice binary; default: go build ./cmd/sluice),
+#        RATE (fixed rate, req/s, default 5000; 0 skips that phase),
+#        FIXED (regexp, default ^(nginx-proxy|sluice-proxy|sluice-rla-mem)$),
+#        FIXED_DURATION (default 10s).
+# Output: tables of medians over the rounds and the ratios issue 5 asks for.
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
@@ -24,6 +32,9 @@ DURATION=${DURATION:-8s}
 CONNS=${CONNS:-64}
 THREADS=${THREADS:-2}
 ONLY=${ONLY:-.}
+RATE=${RATE:-5000}
+FIXED=${FIXED:-^(nginx-proxy|sluice-proxy|sluice-rla-mem)$}
+FIXED_DURATION=${FIXED_DURATION:-10s}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
 for bin in nginx wrk redis-server curl go; do
@@ -229,6 +240,15 @@ run_one() {
     echo "gateway.sh: $s answered without rate-limit headers" >&2; stop "$pid"; return 1
   fi
   wrk -t"$THREADS" -c"$CONNS" -d1s -s "$WORK/clients.lua" "http://127.0.0.1:$port/" >/dev/null
+  if [ "${3:-}" = fixed ]; then
+    if ! out=$("$WORK/fixedrate" -url "http://127.0.0.1:$port/" -rate "$RATE" -duration "$FIXED_DURATION" -connections "$CONNS"); then
+      stop "$pid"; echo "gateway.sh: $s failed at the fixed rate: $out" >&2; return 1
+    fi
+    stop "$pid"
+    printf '%-20s round %d  fixed  %s\n' "$s" "$r" "$out"
+    echo "$s $(sed -E 's/.*p50-us=([0-9]+).*p99-us=([0-9]+).*/\1 \2/' <<<"$out")" >> "$WORK/fixed"
+    return 0
+  fi
   out=$("${WRK[@]}" "http://127.0.0.1:$port/")
   stop "$pid"
   if [[ $s == *-redis* ]] && [ "$(redis-cli -p "$REDIS_PORT" dbsize)" -lt 1000 ]; then
@@ -285,5 +305,30 @@ echo "  sluice-rla-mem-1 / sluice-proxy      = $(ratio sluice-rla-mem-1 sluice-p
 echo "  sluice-rla-redis01 / sluice-rla-mem  = $(ratio sluice-rla-redis01 sluice-rla-mem)   (target >= 0.9)"
 echo "  sluice-rla-redis0 / sluice-rla-mem   = $(ratio sluice-rla-redis0 sluice-rla-mem)"
 if [ -n "${P99[sluice-rla-mem]:-}" ] && [ -n "${P99[sluice-proxy]:-}" ]; then
-  echo "  p99 added by the decision (memory)   = $(awk -v a="${P99[sluice-rla-mem]}" -v b="${P99[sluice-proxy]}" 'BEGIN {printf "%.0f us", a - b}')   (target < 100 us)"
+  echo "  p99 difference, saturated closed loop = $(awk -v a="${P99[sluice-rla-mem]}" -v b="${P99[sluice-proxy]}" 'BEGIN {printf "%.0f us", a - b}')   (queueing; see the fixed rate below)"
+fi
+
+FSEL=()
+for s in "${SEL[@]}"; do [[ $s =~ $FIXED ]] && FSEL+=("$s"); done
+if [ "$RATE" -gt 0 ] && [ ${#FSEL[@]} -gt 0 ]; then
+  echo
+  echo "== fixed rate: $RATE req/s for $FIXED_DURATION, $CONNS connections ($ROUNDS rounds)"
+  echo "+ (cd $ROOT/bench && go build -o $WORK/fixedrate ./cmd/fixedrate)"
+  (cd "$ROOT/bench" && go build -o "$WORK/fixedrate" ./cmd/fixedrate)
+  : > "$WORK/fixed"
+  for r in $(seq 1 "$ROUNDS"); do
+    for s in "${FSEL[@]}"; do run_one "$s" "$r" fixed; done
+  done
+  declare -A F50 F99
+  for s in "${FSEL[@]}"; do
+    F50[$s]=$(awk -v s="$s" '$1==s {print $2}' "$WORK/fixed" | median)
+    F99[$s]=$(awk -v s="$s" '$1==s {print $3}' "$WORK/fixed" | median)
+  done
+  printf '| %-20s | %9s | %9s |\n' scenario "p50 us" "p99 us"
+  printf '|%s|%s|%s|\n' "----------------------" "-----------" "-----------"
+  for s in "${FSEL[@]}"; do printf '| %-20s | %9.0f | %9.0f |\n' "$s" "${F50[$s]}" "${F99[$s]}"; done
+  if [ -n "${F99[sluice-rla-mem]:-}" ] && [ -n "${F99[sluice-proxy]:-}" ]; then
+    echo "  p99 added by the decision (memory)   = $(awk -v a="${F99[sluice-rla-mem]}" -v b="${F99[sluice-proxy]}" 'BEGIN {printf "%.0f us", a - b}')   (target < 100 us)"
+    echo "  p50 added by the decision (memory)   = $(awk -v a="${F50[sluice-rla-mem]}" -v b="${F50[sluice-proxy]}" 'BEGIN {printf "%.0f us", a - b}')"
+  fi
 fi
