@@ -46,6 +46,8 @@ type Exchange struct {
 
 	gen             *generation
 	chain           *chain
+	peer            netip.Addr // the TCP peer (behind PROXY protocol, the proxy)
+	peerTrusted     bool       // peer is a trusted proxy
 	proxied         bool
 	upstreamLatency time.Duration
 	proxyLatency    time.Duration

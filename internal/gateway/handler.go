@@ -61,8 +61,11 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	}
 	x.gen = gen
 	peer, proxied := peerAddr(ctx)
+	trusted := g.opts.ClientIP.Trusted(peer)
+	x.peer, x.peerTrusted = peer, trusted
 	var values []string
-	if h := g.opts.ClientIP.Header(); h != "" && h != clientip.ProxyProtocol {
+	// Resolve reads the header only from a trusted peer.
+	if h := g.opts.ClientIP.Header(); trusted && h != "" && h != clientip.ProxyProtocol {
 		for _, v := range ctx.Request.Header.PeekAll(h) {
 			values = append(values, string(v))
 		}
@@ -75,7 +78,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	x.Match, x.Route, x.Service = m, m.Route, m.Route.Service
-	if !routeAllowsScheme(m.Route, requestScheme(ctx, g.opts.ClientIP.Trusted(peer))) {
+	if !routeAllowsScheme(m.Route, requestScheme(ctx, trusted)) {
 		if code := m.Route.HTTPSRedirectStatusCode; code != fasthttp.StatusUpgradeRequired {
 			x.Respond(code, "", nil)
 			loc := append(append([]byte("https://"), hostOnly(ctx.Host())...), ctx.RequestURI()...)
@@ -311,8 +314,7 @@ func (g *Gateway) prepareUpstream(ctx *fasthttp.RequestCtx, x *Exchange, keepUpg
 	}
 	h.ResetConnectionClose()
 
-	peer, _ := peerAddr(ctx)
-	trusted := g.opts.ClientIP.Trusted(peer)
+	peer, trusted := x.peer, x.peerTrusted
 	proto := protoHTTP
 	if ctx.IsTLS() {
 		proto = protoHTTPS
