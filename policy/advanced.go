@@ -369,9 +369,6 @@ func (a *Advanced) result(res *Result, p *plan, d *ratelimit.Decision, now time.
 		return
 	}
 	rep := d.Reported()
-	// Pins are kept for every window on every evaluation, headers sent or
-	// not, as Kong keeps them.
-	repStart := a.updatePins(p, res.Key, d, rep, now)
 	var states []ratelimit.LimitState
 	if d.Len() <= 4 {
 		states = d.States() // aliases d
@@ -384,7 +381,18 @@ func (a *Advanced) result(res *Result, p *plan, d *ratelimit.Decision, now time.
 	}
 	rs := &states[rep]
 	res.Window, res.Limit, res.Remaining = rs.Limit.Window, rs.Limit.Count, rs.Remaining
-	res.Reset = reset(p, rs, p.secs[rep], repStart, now)
+	if d.Allowed && a.reg.pins.n.Load() == 0 {
+		// The usual case: no window is exceeded (the request was allowed),
+		// so there is nothing to pin, no pin to delete, and the reset is
+		// the end of the reported window, which the store's state gives:
+		// W - (now - start) seconds, windows being whole seconds.
+		res.Reset = max(1, int64((rs.Reset+time.Second-1)/time.Second))
+	} else {
+		// Pins are kept for every window on every evaluation, headers sent
+		// or not, as Kong keeps them.
+		repStart := a.updatePins(p, res.Key, d, rep, now)
+		res.Reset = reset(p, rs, p.secs[rep], repStart, now)
+	}
 	if a.shadow {
 		res.Allowed = true
 		return
@@ -424,11 +432,6 @@ func (a *Advanced) result(res *Result, p *plan, d *ratelimit.Decision, now time.
 // its reset: the pinned one, or the current window's.
 func (a *Advanced) updatePins(p *plan, key string, d *ratelimit.Decision, rep int, now time.Time) int64 {
 	nowS := now.Unix()
-	if d.Allowed && a.reg.pins.n.Load() == 0 {
-		// An allowed decision exceeds no window: nothing to pin, and no
-		// pin to delete.
-		return nowS - floorMod(nowS, p.secs[rep])
-	}
 	var repStart int64
 	for i := 0; i < d.Len(); i++ {
 		s := d.State(i)
