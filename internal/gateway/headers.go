@@ -52,14 +52,17 @@ func delHopHeaders(h interface {
 	PeekCanonical(key []byte) []byte
 	Del(key string)
 }, present uint) {
+	if present == 0 {
+		return
+	}
 	if present&1 != 0 { // hopHeaders[0] is Connection
 		for _, name := range connectionTokens(h.PeekCanonical(hdrConnection)) {
 			h.Del(name)
 		}
 	}
-	for i, name := range hopHeaders {
+	for i := range hopHeaders {
 		if present&(1<<i) != 0 {
-			h.Del(name)
+			h.Del(hopHeaders[i])
 		}
 	}
 }
@@ -108,16 +111,31 @@ func hasRequestHeader(h *fasthttp.RequestHeader, name []byte) bool {
 }
 
 // hopIndex returns the index of name in hopHeaders (any case), or -1.
+// It runs for every header of every request and response, so it looks
+// only at the names of name's length.
 func hopIndex(name []byte) int {
+	var a, b int // candidates in hopHeaders
 	switch len(name) {
-	case 2, 7, 10, 16, 18, 19:
+	case 2:
+		a, b = 3, 3 // TE
+	case 7:
+		a, b = 4, 5 // Trailer, Upgrade
+	case 10:
+		a, b = 0, 1 // Connection, Keep-Alive
+	case 16:
+		a, b = 2, 2 // Proxy-Connection
+	case 18:
+		a, b = 6, 6 // Proxy-Authenticate
+	case 19:
+		a, b = 7, 7 // Proxy-Authorization
 	default:
 		return -1
 	}
-	for i, h := range hopHeaders {
-		if equalFoldASCII(name, h) {
-			return i
-		}
+	if equalFoldASCII(name, hopHeaders[a]) {
+		return a
+	}
+	if b != a && equalFoldASCII(name, hopHeaders[b]) {
+		return b
 	}
 	return -1
 }

@@ -78,6 +78,21 @@ func TestDelHopHeadersResponse(t *testing.T) {
 	}
 }
 
+func TestHopIndex(t *testing.T) {
+	for i, h := range hopHeaders {
+		for _, name := range []string{h, strings.ToLower(h), strings.ToUpper(h)} {
+			if got := hopIndex([]byte(name)); got != i {
+				t.Errorf("hopIndex(%q) = %d, want %d", name, got, i)
+			}
+		}
+	}
+	for _, name := range []string{"", "T", "Tx", "Connectio", "Connections", "Keep-Alivf", "X-Upgrade", "Proxy-Authorizatio", "Content-Type", "Host"} {
+		if got := hopIndex([]byte(name)); got != -1 {
+			t.Errorf("hopIndex(%q) = %d, want -1", name, got)
+		}
+	}
+}
+
 func TestEqualFoldASCII(t *testing.T) {
 	for _, c := range []struct {
 		b, s string
