@@ -232,7 +232,8 @@ func (s *Store) decodeTake(r *ratelimit.Request, vals []rueidis.RedisMessage) (r
 		msg, _ := vals[0].ToString()
 		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua: %s", ErrBadReply, msg)
 	}
-	ints, err := int64s(vals)
+	var intBuf [2 + 3*4]int64
+	ints, err := appendInt64s(intBuf[:0], vals)
 	if err != nil {
 		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua: %w", ErrBadReply, err)
 	}

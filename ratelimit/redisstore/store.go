@@ -256,13 +256,14 @@ func (s *Store) stateChanged(from, to State, err error) {
 // slot.
 func (s *Store) counterKey(key string, id uint64) string {
 	var b strings.Builder
+	var num [20]byte
 	b.Grow(len(s.tag) + len(key) + 24)
 	b.WriteString(s.tag)
-	b.WriteString(strconv.Itoa(len(key)))
+	b.Write(strconv.AppendInt(num[:0], int64(len(key)), 10))
 	b.WriteByte(':')
 	b.WriteString(key)
 	b.WriteString("}:")
-	b.WriteString(strconv.FormatUint(id, 10))
+	b.Write(strconv.AppendUint(num[:0], id, 10))
 	return b.String()
 }
 
@@ -596,15 +597,19 @@ func replyErr(what string, err error) error {
 
 // int64s converts an array reply of integers.
 func int64s(vals []rueidis.RedisMessage) ([]int64, error) {
-	out := make([]int64, len(vals))
+	return appendInt64s(make([]int64, 0, len(vals)), vals)
+}
+
+// appendInt64s appends the integers of an array reply to dst.
+func appendInt64s(dst []int64, vals []rueidis.RedisMessage) ([]int64, error) {
 	for i := range vals {
 		v, err := vals[i].AsInt64()
 		if err != nil {
 			return nil, fmt.Errorf("value %d: %w", i, err)
 		}
-		out[i] = v
+		dst = append(dst, v)
 	}
-	return out, nil
+	return dst, nil
 }
 
 // Acquire takes or renews one concurrency lease. Leases are decided in
