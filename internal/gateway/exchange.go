@@ -82,16 +82,18 @@ type Exchange struct {
 	body   []byte // a buffered upstream body (bufferBody)
 }
 
-var exchanges = sync.Pool{New: func() any {
+// newExchange makes an Exchange for the Gateway's pool of them.
+func newExchange() any {
 	x := new(Exchange)
 	x.header = x.Header
 	return x
-}}
+}
 
-// acquireExchange returns an Exchange for the request in ctx, with the
-// given request id (a sequence number, and the time it is combined with).
-func acquireExchange(ctx *fasthttp.RequestCtx, now time.Time, seq uint64, start time.Time) *Exchange {
-	x := exchanges.Get().(*Exchange)
+// acquireExchange returns an Exchange from pool for the request in ctx,
+// with the given request id (a sequence number, and the time it is
+// combined with).
+func acquireExchange(pool *sync.Pool, ctx *fasthttp.RequestCtx, now time.Time, seq uint64, start time.Time) *Exchange {
+	x := pool.Get().(*Exchange)
 	x.ctx, x.Context, x.Now = ctx, ctx, now
 	x.respHeaders = x.hdrBuf[:0]
 	x.plugins = x.pluginBuf[:0]
@@ -105,13 +107,13 @@ func acquireExchange(ctx *fasthttp.RequestCtx, now time.Time, seq uint64, start 
 	return x
 }
 
-// release clears x, keeping its reusable parts, and returns it to the
-// pool. Nothing may use x afterwards.
-func (x *Exchange) release() {
+// release clears x, keeping its reusable parts, and returns it to pool.
+// Nothing may use x afterwards.
+func (x *Exchange) release(pool *sync.Pool) {
 	header, path, ipStr, ipAddr, body := x.header, x.path, x.ipStr, x.ipAddr, x.body
 	*x = Exchange{}
 	x.header, x.path, x.ipStr, x.ipAddr, x.body = header, path, ipStr, ipAddr, body
-	exchanges.Put(x)
+	pool.Put(x)
 }
 
 // RequestID returns the id sent in X-Kong-Request-Id and in error bodies.

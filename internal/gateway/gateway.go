@@ -172,6 +172,7 @@ type Gateway struct {
 	active    atomic.Int64
 	started   time.Time
 	reqSeq    atomic.Uint64
+	exchanges sync.Pool // *Exchange, reused by requests (see Exchange.release)
 }
 
 // generation is one built configuration.
@@ -212,6 +213,7 @@ func (gen *generation) close() error {
 // request gets 503.
 func New(opts Options) (*Gateway, error) {
 	g := &Gateway{opts: opts, log: opts.Logger, now: opts.Now, metrics: opts.Metrics}
+	g.exchanges.New = newExchange
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}

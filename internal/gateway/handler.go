@@ -37,7 +37,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 	if g.opts.Now != nil {
 		now = g.opts.Now()
 	}
-	x := acquireExchange(ctx, now, g.reqSeq.Add(1), start)
+	x := acquireExchange(&g.exchanges, ctx, now, g.reqSeq.Add(1), start)
 	if g.opts.AccessLog {
 		// Kept before the request is rewritten for the upstream.
 		x.logMethod, x.logHost, x.logPath = methodString(ctx.Method()), string(ctx.Host()), x.path
@@ -242,7 +242,7 @@ func (g *Gateway) end(x *Exchange, start time.Time) {
 		}
 		g.log.LogAttrs(context.Background(), slog.LevelInfo, "access", attrs...)
 	}
-	x.release()
+	x.release(&g.exchanges)
 	g.active.Add(-1)
 	g.inflight.Done()
 }
