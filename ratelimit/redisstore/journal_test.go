@@ -173,3 +173,37 @@ func TestPeriodicJournalCluster(t *testing.T) {
 		}
 	}
 }
+
+// More pushes in one cycle than one journal call records go in several
+// calls; another node still learns every one of them.
+func TestJournalSplitsLargeCycles(t *testing.T) {
+	srv, c := standalone(t)
+	opts := Options{Namespace: "journal-split", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	a, b := newStore(t, c, opts), newStore(t, c, opts)
+	now := ratelimittest.At(5 * time.Second)
+	lim := []ratelimit.Limit{ratelimit.PerMinute(100).Fixed()}
+	const n = maxJournalArgs + 100
+	req := func(i int) ratelimit.Request {
+		return ratelimit.Request{Key: "k" + strconv.Itoa(i), Limits: lim, Now: now}
+	}
+	for i := range n {
+		take(t, b, req(i))
+	}
+	syncAt(t, b, now) // b's first cycle: a full read of its own counters
+	for i := range n {
+		take(t, a, req(i))
+		take(t, b, req(i))
+	}
+	syncAt(t, a, now)
+	syncAt(t, b, now.Add(100*time.Millisecond)) // pushes n counters: two journal calls
+	before := gets(t, srv)
+	syncAt(t, a, now.Add(200*time.Millisecond))
+	if got := gets(t, srv) - before; got != n {
+		t.Fatalf("node a ran %d GETs, want %d: every counter node b pushed", got, n)
+	}
+	for _, i := range []int{0, maxJournalArgs - 1, maxJournalArgs, n - 1} {
+		if d := take(t, a, req(i)); d.State(0).Remaining != 96 {
+			t.Fatalf("node a: remaining %d on k%d, want 96 (b's 2 and a's 1 counted, plus this call)", d.State(0).Remaining, i)
+		}
+	}
+}
