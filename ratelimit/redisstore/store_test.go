@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"os"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -78,7 +79,9 @@ var nsSeq atomic.Int64
 func factory(c *Client, opts Options) ratelimittest.Factory {
 	return func(t *testing.T) ratelimit.Store {
 		o := opts
-		o.Namespace = "conformance-" + strconv.FormatInt(nsSeq.Add(1), 10)
+		// The process id too: should two test processes ever reach one
+		// server, their stores still never share counters.
+		o.Namespace = "conformance-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(nsSeq.Add(1), 10)
 		o.CallerClock = true
 		o.ManualSync = true
 		// A call slowed down by a busy machine must fail the test, not
