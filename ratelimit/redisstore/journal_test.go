@@ -2,8 +2,10 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -205,5 +207,33 @@ func TestJournalSplitsLargeCycles(t *testing.T) {
 		if d := take(t, a, req(i)); d.State(0).Remaining != 96 {
 			t.Fatalf("node a: remaining %d on k%d, want 96 (b's 2 and a's 1 counted, plus this call)", d.State(0).Remaining, i)
 		}
+	}
+}
+
+// One sync.lua call pushes many counters; one that does not hold a counter
+// fails alone, reported as a bad reply naming it, and the others are
+// pushed and merged.
+func TestPushBatchIsolatesABadCounter(t *testing.T) {
+	srv, c := standalone(t)
+	opts := Options{Namespace: "push-batch", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	a := newStore(t, c, opts)
+	now := ratelimittest.At(5 * time.Second)
+	lim := []ratelimit.Limit{ratelimit.PerMinute(100).Fixed()}
+	for _, k := range []string{"a", "bad", "c"} {
+		take(t, a, ratelimit.Request{Key: k, Limits: lim, Now: now})
+	}
+	bad := a.counterKey("bad", lim[0].CounterID())
+	srv.Do(t, "HSET", bad, "f", "v")
+	err := a.Sync(context.Background(), now)
+	if !errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("cycle over a hash: %v, want ErrBadReply with WRONGTYPE", err)
+	}
+	for _, k := range []string{"a", "c"} {
+		if got, _ := srv.Do(t, "GET", a.counterKey(k, lim[0].CounterID())).(string); !strings.HasSuffix(got, " 1 0") {
+			t.Fatalf("counter %s in Redis %q, want a count of 1", k, got)
+		}
+	}
+	if typ, _ := srv.Do(t, "TYPE", bad).(string); typ != "hash" {
+		t.Fatalf("the foreign key became a %s", typ)
 	}
 }

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -228,45 +229,7 @@ func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 	members := s.unjournaled
 	s.unjournaled = nil
 	if len(items) > 0 {
-		calls := make([]call, len(items))
-		for i := range items {
-			it := &items[i]
-			kind, w := int64(2), int64(0)
-			switch it.lim.Algorithm {
-			case ratelimit.FixedWindow:
-				kind, w = 0, int64(it.lim.Window/time.Millisecond)
-			case ratelimit.SlidingWindow:
-				kind, w = 1, int64(it.lim.Window/time.Millisecond)
-			}
-			calls[i] = call{
-				keys: []string{s.counterKey(it.key, it.id)},
-				args: []string{nowArg, strconv.FormatInt(kind, 10), strconv.FormatInt(w, 10),
-					strconv.FormatInt(it.p[0].start, 10), strconv.FormatInt(it.p[0].d, 10),
-					strconv.FormatInt(it.p[1].start, 10), strconv.FormatInt(it.p[1].d, 10), s.minTTL()},
-			}
-		}
-		res, trips := syncScript.execMulti(ctx, s.rc, calls)
-		s.redisCalls.Add(uint64(trips))
-		for i, r := range res {
-			vals, err := r.ToArray()
-			if err != nil {
-				err = replyErr("sync.lua", err)
-			} else if len(vals) != 3 {
-				err = fmt.Errorf("%w: sync.lua returned %d values, want 3", ErrBadReply, len(vals))
-			}
-			var v []int64
-			if err == nil {
-				if v, err = int64s(vals); err != nil {
-					err = fmt.Errorf("%w: sync.lua: %w", ErrBadReply, err)
-				}
-			}
-			if err != nil {
-				fail(err)
-				continue
-			}
-			s.local.merge(&items[i], ratelimit.Counter{Start: v[0], Cur: v[1], Prev: v[2]}, nowUs)
-			members = append(members, journalMember(items[i].key, items[i].id))
-		}
+		members = s.push(ctx, items, nowArg, nowUs, members, fail)
 	}
 
 	full, changed, err := s.journal(ctx, now, nowArg, members)
@@ -310,6 +273,91 @@ func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 		}
 	}
 	return firstErr
+}
+
+// maxPushBatch is how many counters one sync.lua call pushes: enough to
+// spread the script's own cost, few enough that one call holds Redis for
+// a few milliseconds at most.
+const maxPushBatch = 256
+
+// push sends items' waiting hits with sync.lua, several counters per call
+// (on Cluster, of one slot), all calls in one pipeline, merges the totals
+// Redis returns and appends the journal member of every counter pushed to
+// members. A counter that fails is reported to fail; the others are merged.
+func (s *Store) push(ctx context.Context, items []syncItem, nowArg string, nowUs int64, members []string, fail func(error)) []string {
+	keys := make([]string, len(items))
+	order := make([]int, len(items))
+	for i := range items {
+		keys[i] = s.counterKey(items[i].key, items[i].id)
+		order[i] = i
+	}
+	var slots []uint16
+	if s.cluster {
+		slots = make([]uint16, len(items))
+		for i := range keys {
+			slots[i] = slot(keys[i])
+		}
+		sort.SliceStable(order, func(a, b int) bool { return slots[order[a]] < slots[order[b]] })
+	}
+	// groups[g] holds the indexes (into items) of call g's counters.
+	var calls []call
+	var groups [][]int
+	for i := 0; i < len(order); {
+		j := i + 1
+		for j < len(order) && j-i < maxPushBatch && (slots == nil || slots[order[j]] == slots[order[i]]) {
+			j++
+		}
+		g := order[i:j]
+		c := call{keys: make([]string, 0, len(g)), args: make([]string, 0, 2+6*len(g))}
+		c.args = append(c.args, nowArg, s.minTTL())
+		for _, k := range g {
+			it := &items[k]
+			kind, w := int64(2), int64(0)
+			switch it.lim.Algorithm {
+			case ratelimit.FixedWindow:
+				kind, w = 0, int64(it.lim.Window/time.Millisecond)
+			case ratelimit.SlidingWindow:
+				kind, w = 1, int64(it.lim.Window/time.Millisecond)
+			}
+			c.keys = append(c.keys, keys[k])
+			c.args = append(c.args, itoa(kind), itoa(w), itoa(it.p[0].start), itoa(it.p[0].d), itoa(it.p[1].start), itoa(it.p[1].d))
+		}
+		calls = append(calls, c)
+		groups = append(groups, g)
+		i = j
+	}
+	res, trips := syncScript.execMulti(ctx, s.rc, calls)
+	s.redisCalls.Add(uint64(trips))
+	for ci, r := range res {
+		g := groups[ci]
+		vals, err := r.ToArray()
+		if err != nil {
+			err = replyErr("sync.lua", err)
+		} else if len(vals) != 3*len(g) {
+			err = fmt.Errorf("%w: sync.lua returned %d values for %d counters, want %d", ErrBadReply, len(vals), len(g), 3*len(g))
+		}
+		if err != nil {
+			fail(err)
+			continue
+		}
+		for x, k := range g {
+			v := vals[3*x : 3*x+3]
+			if v[0].IsString() {
+				msg, _ := v[0].ToString()
+				fail(fmt.Errorf("%w: sync.lua: %s", ErrBadReply, msg))
+				continue
+			}
+			var buf [3]int64
+			n, err := appendInt64s(buf[:0], v)
+			if err != nil {
+				fail(fmt.Errorf("%w: sync.lua: %w", ErrBadReply, err))
+				continue
+			}
+			s.local.merge(&items[k], ratelimit.Counter{Start: n[0], Cur: n[1], Prev: n[2]}, nowUs)
+			members = append(members, journalMember(items[k].key, items[k].id))
+		}
+	}
+	return members
 }
 
 // fullPullEvery is how often a periodic cycle reads every counter the node
