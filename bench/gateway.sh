@@ -60,11 +60,17 @@ echo "sluice commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -
 echo "nginx: $($NGINX -v 2>&1)   wrk: $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)   redis: $(redis-server --version | cut -d' ' -f3)"
 
 # freeport prints a TCP port nobody listens on.
+# freeport prints a port no socket uses, below the kernel's ephemeral range
+# (net.ipv4.ip_local_port_range): servers here restart on the same port
+# many times while the load opens thousands of outgoing connections, and
+# an outgoing connection's local port would make the restart fail with
+# "address already in use".
 freeport() {
-  local p
+  local p lo
+  lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
   while :; do
-    p=$(( (RANDOM << 15 | RANDOM) % 30000 + 20000 ))
-    if [ -z "$(ss -Hltn "sport = :$p")" ]; then echo "$p"; return; fi
+    p=$(( (RANDOM << 15 | RANDOM) % (lo - 10000) + 10000 ))
+    if [ -z "$(ss -Htan "sport = :$p")" ]; then echo "$p"; return; fi
   done
 }
 
