@@ -11,6 +11,7 @@ package testservers
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -29,31 +30,52 @@ const StartTimeout = 20 * time.Second
 // bounded poll; nothing waits for it to pass to be correct.
 const pollInterval = 20 * time.Millisecond
 
-// freePort returns a loopback port that was free a moment ago. When
-// busOffset is non-zero, port+busOffset must be free too (Redis Cluster's
-// bus port) and below 65536.
+// freePort returns a loopback port that was free a moment ago, below the
+// kernel's ephemeral range: servers are restarted on their port (failover
+// and outage tests), and a port the kernel may hand to any outgoing
+// connection in the meantime would make the restart fail with "address
+// already in use". When busOffset is non-zero, port+busOffset must be free
+// too (Redis Cluster's bus port), and below the range as well.
 func freePort(busOffset int) (int, error) {
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if busOffset == 0 {
-			return port, nil
-		}
-		if port+busOffset > 65535 {
+	hi := ephemeralLow() - busOffset
+	if hi <= minPort {
+		return 0, fmt.Errorf("testservers: no port below the ephemeral range (%d) for a bus offset of %d", ephemeralLow(), busOffset)
+	}
+	for range 200 {
+		port := minPort + rand.IntN(hi-minPort)
+		if !canListen(port) || busOffset != 0 && !canListen(port+busOffset) {
 			continue
 		}
-		l2, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port+busOffset))
-		if err != nil {
-			continue
-		}
-		l2.Close()
 		return port, nil
 	}
-	return 0, errors.New("testservers: no free port pair found")
+	return 0, errors.New("testservers: no free port found")
+}
+
+// minPort is the lowest port freePort hands out.
+const minPort = 10000
+
+// ephemeralLow returns the first port of the kernel's ephemeral range
+// (Linux's net.ipv4.ip_local_port_range; its default when unreadable).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if lo, err := strconv.Atoi(f[0]); err == nil && lo > minPort {
+				return lo
+			}
+		}
+	}
+	return 32768
+}
+
+// canListen reports whether a listener can bind 127.0.0.1:port now.
+func canListen(port int) bool {
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
 }
 
 // A proc is one server process that can be stopped and started again on
