@@ -212,11 +212,7 @@ func (l *local) sweep(now time.Time) {
 	for i := range l.shards {
 		sh := &l.shards[i]
 		sh.mu.Lock()
-		for k, e := range sh.m {
-			if e.pend[0].d == 0 && e.pend[1].d == 0 && e.c.Expiry(e.lim) < ns {
-				delete(sh.m, k)
-			}
-		}
+		sh.liveCounters(ns, nil)
 		for key, set := range sh.leases {
 			for id, exp := range set {
 				if exp <= ns {
@@ -228,6 +224,19 @@ func (l *local) sweep(now time.Time) {
 			}
 		}
 		sh.mu.Unlock()
+	}
+}
+
+// liveCounters drops the counters that can no longer affect a decision at
+// ns (Unix nanoseconds) and have no hits waiting to be pushed, and calls f,
+// when not nil, with every other one. Called with mu held.
+func (sh *lshard) liveCounters(ns int64, f func(lkey, *entry)) {
+	for k, e := range sh.m {
+		if e.pend[0].d == 0 && e.pend[1].d == 0 && e.c.Expiry(e.lim) < ns {
+			delete(sh.m, k)
+		} else if f != nil {
+			f(k, e)
+		}
 	}
 }
 

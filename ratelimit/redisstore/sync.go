@@ -58,14 +58,10 @@ func (l *local) snapshot(now time.Time) []syncItem {
 	for i := range l.shards {
 		sh := &l.shards[i]
 		sh.mu.Lock()
-		for k, e := range sh.m {
-			if e.pend[0].d == 0 && e.pend[1].d == 0 && e.c.Expiry(e.lim) < ns {
-				delete(sh.m, k)
-				continue
-			}
+		sh.liveCounters(ns, func(k lkey, e *entry) {
 			out = append(out, syncItem{key: k.key, id: k.id, lim: e.lim, p: e.pend})
 			e.pend, e.dirty = [2]pend{}, false
-		}
+		})
 		clear(sh.dirty)
 		sh.dirty = sh.dirty[:0]
 		sh.mu.Unlock()
@@ -101,13 +97,9 @@ func (l *local) live(now time.Time) []syncItem {
 	for i := range l.shards {
 		sh := &l.shards[i]
 		sh.mu.Lock()
-		for k, e := range sh.m {
-			if e.pend[0].d == 0 && e.pend[1].d == 0 && e.c.Expiry(e.lim) < ns {
-				delete(sh.m, k)
-				continue
-			}
+		sh.liveCounters(ns, func(k lkey, e *entry) {
 			out = append(out, syncItem{key: k.key, id: k.id, lim: e.lim})
-		}
+		})
 		sh.mu.Unlock()
 	}
 	return out
