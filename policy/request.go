@@ -178,6 +178,9 @@ const maxKeyLen = 256
 // when every item has a value (joined with ':'), else the identifier, else
 // the client IP.
 func (k *keySpec) key(r *Request) string {
+	if k.id == ByIP && len(k.compound) == 0 && len(r.ClientIP) <= maxKeyLen {
+		return r.ClientIP // the default identifier, without the general walk
+	}
 	v := ""
 	if len(k.compound) > 0 {
 		v = k.compoundKey(r)
