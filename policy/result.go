@@ -196,8 +196,8 @@ func decimalLen(n int64) int {
 }
 
 // build appends the headers of one response to dst. It allocates the
-// header slice when dst lacks room, plus one string when a value is a
-// million or more or the IETF headers are on.
+// header slice when dst lacks room, plus one string when a value is out of
+// the decimal cache's range (2^18 or more) or the IETF headers are on.
 func (hp *headerPlan) build(v *headerValues, dst []Header) []Header {
 	n := hp.sent + 3
 	if v.retryAfter > 0 {
