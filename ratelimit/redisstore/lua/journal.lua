@@ -44,14 +44,24 @@ local epoch = redis.call('HGET', KEYS[2], 'epoch') or ''
 
 local valid = cursor >= 0 and cursor < seq and ARGV[3] == epoch
 local out = { seq, epoch, 0 }
-for i = 5, #ARGV do
+-- Members in chunks (unpack is bounded by the Lua stack): one ZMSCORE and
+-- one ZADD per chunk, not a command per member.
+for from = 5, #ARGV, 500 do
+  local to = math.min(from + 499, #ARGV)
   if valid then
-    local prev = redis.call('ZSCORE', KEYS[1], ARGV[i])
-    if prev and tonumber(prev) > cursor then
-      out[#out + 1] = ARGV[i]
+    local prev = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, from, to))
+    for i = 1, #prev do
+      if prev[i] and tonumber(prev[i]) > cursor then
+        out[#out + 1] = ARGV[from + i - 1]
+      end
     end
   end
-  redis.call('ZADD', KEYS[1], seq, ARGV[i])
+  local zargs = {}
+  for i = from, to do
+    zargs[#zargs + 1] = seq
+    zargs[#zargs + 1] = ARGV[i]
+  end
+  redis.call('ZADD', KEYS[1], unpack(zargs))
 end
 redis.call('RPUSH', KEYS[3], seq .. ' ' .. now_ms)
 
