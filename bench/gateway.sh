@@ -227,6 +227,32 @@ for s in "${SEL[@]}"; do case $s in
   sluice-*) echo "--- $s.yml"; sed 's/^/    /' "$WORK/$s.yml" ;;
 esac; done
 
+# decisions prints the cumulative counts of sluice's decision-time histogram
+# for rate-limiting-advanced, one "le count" line per bucket.
+decisions() {
+  curl -s "http://127.0.0.1:$SL_ADMIN/metrics" |
+    sed -nE 's/^sluice_plugin_decision_duration_seconds_bucket\{.*le="([^"]+)",plugin="rate-limiting-advanced"\} ([0-9]+)$/\1 \2/p; s/^sluice_plugin_decision_duration_seconds_bucket\{plugin="rate-limiting-advanced",le="([^"]+)"\} ([0-9]+)$/\1 \2/p'
+}
+
+# decisionp99 BEFORE AFTER prints, for the decisions made between the two
+# snapshots (the plugin's own time per request, as sluice measures it), the
+# upper bound in µs of the bucket holding the 99th percentile and the share
+# of decisions within 100 µs: "100,99.5%".
+decisionp99() {
+  paste -d' ' <(echo "$1") <(echo "$2") | awk '
+    { le[NR] = $3; n[NR] = $4 - $2 }
+    END {
+      total = n[NR]
+      if (total <= 0) { print "-"; exit }
+      for (i = 1; i <= NR; i++) if (le[i] + 0 == 0.0001) within = n[i]
+      for (i = 1; i <= NR; i++) if (n[i] >= 0.99 * total) {
+        if (le[i] == "+Inf") p = "inf"; else p = sprintf("%.0f", le[i] * 1e6)
+        printf "%s,%.1f%%\n", p, 100 * within / total
+        exit
+      }
+    }'
+}
+
 # run_one SCENARIO ROUND: start the server, warm up, measure, stop.
 run_one() {
   local s=$1 r=$2 pid port out
@@ -246,12 +272,19 @@ run_one() {
   fi
   wrk -t"$THREADS" -c"$CONNS" -d1s -s "$WORK/clients.lua" "http://127.0.0.1:$port/" >/dev/null
   if [ "${3:-}" = fixed ]; then
+    local before="" after="" dec="-"
+    [[ $s == sluice-rla-* ]] && before=$(decisions)
     if ! out=$("$WORK/fixedrate" -url "http://127.0.0.1:$port/" -rate "$RATE" -duration "$FIXED_DURATION" -connections "$CONNS"); then
       stop "$pid"; echo "gateway.sh: $s failed at the fixed rate: $out" >&2; return 1
     fi
+    if [[ $s == sluice-rla-* ]]; then
+      after=$(decisions)
+      dec=$(decisionp99 "$before" "$after")
+      out="$out decision-p99-us<=${dec%%,*} decisions-within-100us=${dec#*,}"
+    fi
     stop "$pid"
     printf '%-20s round %d  fixed  %s\n' "$s" "$r" "$out"
-    echo "$s $(sed -E 's/.*p50-us=([0-9]+).*p99-us=([0-9]+).*/\1 \2/' <<<"$out")" >> "$WORK/fixed"
+    echo "$s $(sed -E 's/.*p50-us=([0-9]+).*p99-us=([0-9]+).*/\1 \2/' <<<"$out") $dec" >> "$WORK/fixed"
     return 0
   fi
   out=$("${WRK[@]}" "http://127.0.0.1:$port/")
@@ -324,10 +357,11 @@ if [ "$RATE" -gt 0 ] && [ ${#FSEL[@]} -gt 0 ]; then
   for r in $(seq 1 "$ROUNDS"); do
     for s in "${FSEL[@]}"; do run_one "$s" "$r" fixed; done
   done
-  declare -A F50 F99
+  declare -A F50 F99 FDEC
   for s in "${FSEL[@]}"; do
     F50[$s]=$(awk -v s="$s" '$1==s {print $2}' "$WORK/fixed" | median)
     F99[$s]=$(awk -v s="$s" '$1==s {print $3}' "$WORK/fixed" | median)
+    FDEC[$s]=$(awk -v s="$s" '$1==s {print $4}' "$WORK/fixed" | sort -u | tr '\n' ' ')
   done
   printf '| %-20s | %9s | %9s |\n' scenario "p50 us" "p99 us"
   printf '|%s|%s|%s|\n' "----------------------" "-----------" "-----------"
@@ -335,5 +369,8 @@ if [ "$RATE" -gt 0 ] && [ ${#FSEL[@]} -gt 0 ]; then
   if [ -n "${F99[sluice-rla-mem]:-}" ] && [ -n "${F99[sluice-proxy]:-}" ]; then
     echo "  p99 added by the decision (memory)   = $(awk -v a="${F99[sluice-rla-mem]}" -v b="${F99[sluice-proxy]}" 'BEGIN {printf "%.0f us", a - b}')   (target < 100 us)"
     echo "  p50 added by the decision (memory)   = $(awk -v a="${F50[sluice-rla-mem]}" -v b="${F50[sluice-proxy]}" 'BEGIN {printf "%.0f us", a - b}')"
+  fi
+  if [ -n "${FDEC[sluice-rla-mem]:-}" ]; then
+    echo "  the decision's own time (memory), sluice's histogram, per round: p99 bucket bound (us),share within 100 us: ${FDEC[sluice-rla-mem]}  (target: p99 < 100 us)"
   fi
 fi
