@@ -12,9 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"os"
-
-	"github.com/Kong/go-pdk/server"
 
 	"github.com/seed-008287da/sluice/internal/kongplugin"
 )
@@ -29,11 +26,7 @@ func main() {
 		fmt.Println(version)
 		return
 	}
-	p := kongplugin.NewProcess(kongplugin.Options{})
-	defer p.Close()
-	if err := server.StartServer(p.NewDimensions, version, kongplugin.DimensionsPriority); err != nil {
-		log.Print(err)
-		p.Close()
-		os.Exit(1)
+	if err := kongplugin.Serve(version, kongplugin.DimensionsPriority, (*kongplugin.Process).NewDimensions); err != nil {
+		log.Fatal(err)
 	}
 }

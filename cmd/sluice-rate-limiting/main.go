@@ -10,9 +10,6 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"os"
-
-	"github.com/Kong/go-pdk/server"
 
 	"github.com/seed-008287da/sluice/internal/kongplugin"
 )
@@ -27,11 +24,7 @@ func main() {
 		fmt.Println(version)
 		return
 	}
-	p := kongplugin.NewProcess(kongplugin.Options{})
-	defer p.Close()
-	if err := server.StartServer(p.NewRateLimiting, version, kongplugin.RateLimitingPriority); err != nil {
-		log.Print(err)
-		p.Close()
-		os.Exit(1)
+	if err := kongplugin.Serve(version, kongplugin.RateLimitingPriority, (*kongplugin.Process).NewRateLimiting); err != nil {
+		log.Fatal(err)
 	}
 }
