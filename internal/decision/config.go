@@ -198,25 +198,11 @@ type MemoryConfig struct {
 // One topology is used: Cluster when ClusterNodes is set, else Sentinel
 // when SentinelMaster is set, else the standalone server at Host:Port.
 type RedisConfig struct {
-	// Host and Port address a standalone server; "" and 0 mean 127.0.0.1
-	// and 6379.
-	Host string
-	Port int
-	// Database is the logical database; it must be 0 on Cluster.
-	Database int
-	// Username and Password authenticate; an empty Password sends no AUTH.
-	Username string
-	Password string
-	// SSL connects with TLS; SSLVerify verifies the server certificate
-	// against the system roots.
-	SSL       bool
-	SSLVerify bool
-	// SentinelMaster names the master set the SentinelNodes ("host:port")
-	// monitor.
-	SentinelMaster string
-	SentinelNodes  []redisstore.Addr
-	// ClusterNodes are seed nodes ("host:port") of a Redis Cluster.
-	ClusterNodes []redisstore.Addr
+	// Config is the connection (host, port, database, credentials, TLS,
+	// Sentinel or Cluster nodes); the service reads host, port, database,
+	// username, password, ssl, ssl_verify, sentinel_master, sentinel_nodes
+	// and cluster_nodes into it.
+	redisstore.Config
 	// Namespace separates these counters from other users of the same
 	// Redis; empty means "decision".
 	Namespace string

@@ -62,7 +62,7 @@ domains:
   - domain: b
     descriptors: []
 `)
-	wantStore := StoreConfig{Type: "redis", Redis: RedisConfig{Host: "127.0.0.1", Port: 6380, Database: 2, Password: "secret",
+	wantStore := StoreConfig{Type: "redis", Redis: RedisConfig{Config: redisstore.Config{Host: "127.0.0.1", Port: 6380, Database: 2, Password: "secret"},
 		Namespace: "rls", SyncRate: 250 * time.Millisecond, Timeout: 50 * time.Millisecond, ServiceClock: true}}
 	if !reflect.DeepEqual(cfg.Store, wantStore) {
 		t.Errorf("store %+v\nwant  %+v", cfg.Store, wantStore)

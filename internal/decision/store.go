@@ -38,18 +38,7 @@ func (s redisStore) Close() error {
 }
 
 func openRedis(rc RedisConfig, logger *slog.Logger) (ratelimit.Store, error) {
-	c, err := redisstore.Dial(redisstore.Config{
-		Host:           rc.Host,
-		Port:           rc.Port,
-		Database:       rc.Database,
-		Username:       rc.Username,
-		Password:       rc.Password,
-		SSL:            rc.SSL,
-		SSLVerify:      rc.SSLVerify,
-		SentinelMaster: rc.SentinelMaster,
-		SentinelNodes:  rc.SentinelNodes,
-		ClusterNodes:   rc.ClusterNodes,
-	})
+	c, err := redisstore.Dial(rc.Config)
 	if err != nil {
 		return nil, fmt.Errorf("decision: opening the redis store: %w", err)
 	}
