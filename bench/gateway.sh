@@ -59,19 +59,7 @@ echo "date: $(date -u +%FT%TZ)   load: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "sluice commit: $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)$(git -C "$ROOT" diff --quiet HEAD 2>/dev/null || echo ' (work tree modified)')"
 echo "nginx: $($NGINX -v 2>&1)   wrk: $(wrk --version 2>&1 | head -1 | cut -d' ' -f1-2)   redis: $(redis-server --version | cut -d' ' -f3)"
 
-# freeport prints a port no socket uses, below the kernel's ephemeral range
-# (net.ipv4.ip_local_port_range): servers here restart on the same port
-# many times while the load opens thousands of outgoing connections, and
-# an outgoing connection's local port would make the restart fail with
-# "address already in use".
-freeport() {
-  local p lo
-  lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-  while :; do
-    p=$(( (RANDOM << 15 | RANDOM) % (lo - 10000) + 10000 ))
-    if [ -z "$(ss -Htan "sport = :$p")" ]; then echo "$p"; return; fi
-  done
-}
+. "$ROOT/bench/ports.sh"
 
 # waitport PORT: poll until something answers HTTP on PORT, at most 20 s.
 waitport() {

@@ -30,11 +30,8 @@ N=${N:-300}
 LUA=../ratelimit/redisstore/lua
 WORK=$(mktemp -d /tmp/sluice-rinstr.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
-while :; do # a port below the ephemeral range that no socket uses
-  PORT=$(( (RANDOM << 15 | RANDOM) % (lo - 10000) + 10000 ))
-  [ -z "$(ss -Htan "sport = :$PORT")" ] && break
-done
+. ./ports.sh
+PORT=$(freeport)
 
 # count SCRIPT UNITS KEYS... -- ARGS...: instructions per EVALSHA of SCRIPT
 # with KEYS and ARGS, divided by UNITS for the second figure.
