@@ -244,14 +244,7 @@ func ParseAdvanced(raw []byte) (*AdvancedConfig, error) {
 		return nil, &ValidationError{Errors: d.errs}
 	}
 	cfg.Kong = readKongKeys(f)
-	limits, hasLimit, okLimit := f.numbers("limit")
-	windows, hasWindow, okWindow := f.numbers("window_size")
-	if !hasLimit {
-		d.fail(f.at("limit"), msgRequired)
-	}
-	if !hasWindow {
-		d.fail(f.at("window_size"), msgRequired)
-	}
+	lw := readLimitWindows(f)
 	f.enumString("window_type", &cfg.WindowType, WindowSliding, WindowFixed)
 	f.identifier("identifier", &cfg.Identifier)
 	f.identifiers("compound_identifier", &cfg.CompoundIdentifier)
@@ -299,18 +292,46 @@ func ParseAdvanced(raw []byte) (*AdvancedConfig, error) {
 	}
 
 	// Entity checks, in Kong's order.
-	if okLimit && okWindow {
-		if len(limits) != len(windows) {
-			d.fail(f.at("window_size"), msgSameCount)
-		} else {
-			cfg.Limit, cfg.WindowSize = pairs(d, f.path, limits, windows)
-		}
-	}
+	cfg.Limit, cfg.WindowSize = lw.pairs(d, f)
 	validateAdvanced(d, &cfg)
 	if len(d.errs) > 0 {
 		return nil, &ValidationError{Errors: d.errs}
 	}
 	return &cfg, nil
+}
+
+// limitWindows are the limit and window_size arrays of a config or of a
+// consumer-group override, as read.
+type limitWindows struct {
+	limits, windows []float64
+	ok              bool // both are arrays of numbers
+}
+
+// readLimitWindows reads limit and window_size, both required.
+func readLimitWindows(f *fields) limitWindows {
+	limits, hasLimit, okLimit := f.numbers("limit")
+	windows, hasWindow, okWindow := f.numbers("window_size")
+	if !hasLimit {
+		f.d.fail(f.at("limit"), msgRequired)
+	}
+	if !hasWindow {
+		f.d.fail(f.at("window_size"), msgRequired)
+	}
+	return limitWindows{limits, windows, okLimit && okWindow}
+}
+
+// pairs runs Kong's entity check of the limit/window pairs (as many
+// windows as limits, then pairs): the limits and windows, sorted, or nil
+// when they fail or were not read.
+func (lw limitWindows) pairs(d *decoder, f *fields) ([]int64, []int64) {
+	if !lw.ok {
+		return nil, nil
+	}
+	if len(lw.limits) != len(lw.windows) {
+		d.fail(f.at("window_size"), msgSameCount)
+		return nil, nil
+	}
+	return pairs(d, f.path, lw.limits, lw.windows)
 }
 
 // pairs checks the limit/window pairs and sorts them by ascending limit.
@@ -520,24 +541,11 @@ func ParseOverride(raw []byte) (*OverrideConfig, error) {
 	if f == nil {
 		return nil, &ValidationError{Errors: d.errs}
 	}
-	limits, hasLimit, okLimit := f.numbers("limit")
-	windows, hasWindow, okWindow := f.numbers("window_size")
-	if !hasLimit {
-		d.fail(f.at("limit"), msgRequired)
-	}
-	if !hasWindow {
-		d.fail(f.at("window_size"), msgRequired)
-	}
+	lw := readLimitWindows(f)
 	f.enumString("window_type", &o.WindowType, WindowSliding, WindowFixed)
 	f.reqNumber("retry_after_jitter_max", &o.RetryAfterJitterMax)
 	f.done()
-	if okLimit && okWindow {
-		if len(limits) != len(windows) {
-			d.fail(f.at("window_size"), msgSameCount)
-		} else {
-			o.Limit, o.WindowSize = pairs(d, f.path, limits, windows)
-		}
-	}
+	o.Limit, o.WindowSize = lw.pairs(d, f)
 	if o.RetryAfterJitterMax < 0 {
 		d.fail(f.at("retry_after_jitter_max"), msgJitter)
 	}
