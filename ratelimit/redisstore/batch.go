@@ -13,17 +13,20 @@ import (
 	"github.com/seed-008287da/sluice/ratelimit"
 )
 
-// Batching. Concurrent synchronous decisions are gathered into one take.lua
-// call: a batcher goroutine takes the first waiting request, adds every
-// other request already waiting (up to MaxBatch), and sends them as one
-// script call, or on Cluster one call per slot in one pipeline. It never
-// waits for a batch to fill, so a lone caller pays no delay; under load the
-// batches grow by themselves. Several batchers keep several batches in
-// flight, pipelined on the shared connection. The script's per-call cost
-// (command dispatch, TIME) is then paid once per batch instead of once per
-// decision.
+// Batching. Concurrent synchronous decisions are gathered into one
+// pipeline: a batcher goroutine takes the first waiting request, adds every
+// other request already waiting (up to MaxBatch), and sends them together:
+// the requests decided by take.lua as one script call (on Cluster, one per
+// slot), those of window limits only as their plain commands (incr.go). It
+// never waits for a batch to fill, so a lone caller pays no delay; under
+// load the batches grow by themselves. Several batchers keep several
+// batches in flight, pipelined on the shared connection. A script's
+// per-call cost (command dispatch, TIME) is then paid once per batch
+// instead of once per decision, and every batch is one write to the socket
+// instead of one per caller.
 
-// takeCall is one request waiting for a batch.
+// takeCall is one request waiting for a batch: a take.lua request, or with
+// plain set the plain commands of a request of window limits.
 type takeCall struct {
 	keys   []string
 	plan   *takePlan
@@ -31,7 +34,19 @@ type takeCall struct {
 	n      int
 	slot   uint16
 	now    time.Time
-	done   chan takeResult // buffered: a batcher never blocks on it
+
+	// Plain commands (incr.go): per limit the key of the window of now,
+	// its time to live in ms, and the previous window's key ("" for a
+	// fixed window).
+	plain     bool
+	cost      int64
+	cur, prev []string
+	ttl       []int64
+	curBuf    [4]string
+	prevBuf   [4]string
+	ttlBuf    [4]int64
+
+	done chan takeResult // buffered: a batcher never blocks on it
 }
 
 // callPool recycles takeCalls that were answered; a call whose caller
@@ -39,9 +54,73 @@ type takeCall struct {
 // send on its channel.
 var callPool = sync.Pool{New: func() any { return &takeCall{done: make(chan takeResult, 1)} }}
 
+// newCall returns a cleared call from the pool.
+func newCall() *takeCall {
+	c := callPool.Get().(*takeCall)
+	c.cur, c.prev, c.ttl = c.curBuf[:0], c.prevBuf[:0], c.ttlBuf[:0]
+	return c
+}
+
+// free returns an answered call to the pool.
+func free(c *takeCall) {
+	*c = takeCall{done: c.done}
+	callPool.Put(c)
+}
+
+// ncmds returns the number of plain commands of c.
+func (c *takeCall) ncmds() int {
+	n := 2 * len(c.cur)
+	for _, p := range c.prev {
+		if p != "" {
+			n++
+		}
+	}
+	return n
+}
+
 type takeResult struct {
-	vals []rueidis.RedisMessage
+	vals []rueidis.RedisMessage // the call's share of take.lua's reply
+	res  []rueidis.RedisResult  // a plain call's results, in order
 	err  error
+}
+
+// submit sends c, directly when nothing else is in flight (a lone caller
+// saves the hand-off to a batcher), else through a batcher, and waits for
+// its answer. answered reports whether c may be freed: a call whose caller
+// gave up may still be answered by a batcher.
+func (s *Store) submit(ctx context.Context, c *takeCall) (res takeResult, answered bool) {
+	// The compare-and-swap lets one caller, not every caller that looked
+	// at the same moment, take the direct path.
+	direct := s.queue == nil
+	if direct {
+		s.inflight.Add(1)
+	} else {
+		direct = len(s.queue) == 0 && s.inflight.CompareAndSwap(0, 1)
+	}
+	if direct {
+		one := [1]*takeCall{c}
+		s.runBatch(one[:])
+		s.inflight.Add(-1)
+		return <-c.done, true
+	}
+	select {
+	case s.queue <- c:
+	case <-ctx.Done():
+		return takeResult{err: fmt.Errorf("redisstore: queueing a decision: %w", ctx.Err())}, true
+	case <-s.stop:
+		return takeResult{err: ratelimit.ErrClosed}, true
+	}
+	select {
+	case res := <-c.done:
+		return res, true
+	case <-ctx.Done():
+		// The caller's own deadline; the batch is bounded by Timeout.
+		err := fmt.Errorf("redisstore: waiting for a decision: %w", ctx.Err())
+		s.record(c.now, err)
+		return takeResult{err: err}, false
+	case <-s.stop:
+		return takeResult{err: ratelimit.ErrClosed}, false
+	}
 }
 
 // batcher runs batches until Close.
@@ -71,8 +150,16 @@ func (s *Store) batcher() {
 	}
 }
 
-// runBatch sends one script call per slot of batch, all in one pipeline,
-// and hands every request its share of the reply.
+// plainOp is one plain command of a batch: command k (0 INCRBY, 1 PEXPIRE,
+// 2 GET) of limit i of call c.
+type plainOp struct {
+	c    *takeCall
+	i, k int
+}
+
+// runBatch sends, in one pipeline, one take.lua call per slot of the
+// script requests of batch and the plain commands of the others, and hands
+// every request its share of the replies.
 func (s *Store) runBatch(batch []*takeCall) {
 	if State(s.br.state.Load()) == StateFallback {
 		// Redis failed while these waited: they go local at once
@@ -82,21 +169,30 @@ func (s *Store) runBatch(batch []*takeCall) {
 		}
 		return
 	}
-	if s.cluster && len(batch) > 1 {
-		sort.SliceStable(batch, func(i, j int) bool { return batch[i].slot < batch[j].slot })
+	var scripts []*takeCall
+	nplain := 0
+	for _, c := range batch {
+		if c.plain {
+			nplain += c.ncmds()
+		} else {
+			scripts = append(scripts, c)
+		}
+	}
+	if s.cluster && len(scripts) > 1 {
+		sort.SliceStable(scripts, func(i, j int) bool { return scripts[i].slot < scripts[j].slot })
 	}
 	var calls []call
 	var groups [][]*takeCall
-	for i := 0; i < len(batch); {
+	for i := 0; i < len(scripts); {
 		j := i + 1
 		if s.cluster {
-			for j < len(batch) && batch[j].slot == batch[i].slot {
+			for j < len(scripts) && scripts[j].slot == scripts[i].slot {
 				j++
 			}
 		} else {
-			j = len(batch)
+			j = len(scripts)
 		}
-		g := batch[i:j]
+		g := scripts[i:j]
 		// Each distinct plan once (usually one or two per batch), then
 		// every request's time and plan number.
 		var plans []*takePlan
@@ -125,12 +221,42 @@ func (s *Store) runBatch(batch []*takeCall) {
 		groups = append(groups, g)
 		i = j
 	}
+	ops := make([]plainOp, 0, nplain)
+	for _, c := range batch {
+		if !c.plain {
+			continue
+		}
+		for i := range c.cur {
+			ops = append(ops, plainOp{c, i, 0}, plainOp{c, i, 1})
+			if c.prev[i] != "" {
+				ops = append(ops, plainOp{c, i, 2})
+			}
+		}
+	}
+
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
 	defer cancel()
-	res, trips := takeScript.execMulti(ctx, s.rc, calls)
+	res, trips := doMulti(ctx, s.rc, len(calls)+len(ops), func(j int) rueidis.Completed {
+		if j < len(calls) {
+			return takeScript.evalsha(s.rc, calls[j].keys, calls[j].args)
+		}
+		op := ops[j-len(calls)]
+		c := op.c
+		switch op.k {
+		case 0:
+			return s.rc.B().Incrby().Key(c.cur[op.i]).Increment(c.cost).Build()
+		case 1:
+			return s.rc.B().Pexpire().Key(c.cur[op.i]).Milliseconds(c.ttl[op.i]).Build()
+		default:
+			return s.rc.B().Get().Key(c.prev[op.i]).Build()
+		}
+	})
+	trips += takeScript.rerunNoScript(ctx, s.rc, calls, res[:len(calls)])
 	s.redisCalls.Add(uint64(trips))
+
 	// Check every reply first: the breaker hears of this round trip before
-	// any caller gets its answer.
+	// any caller gets its answer. A plain command's error that is Redis'
+	// answer (WRONGTYPE...) is its caller's to report.
 	var failed error
 	replies := make([][]rueidis.RedisMessage, len(groups))
 	errs := make([]error, len(groups))
@@ -146,6 +272,13 @@ func (s *Store) runBatch(batch []*takeCall) {
 			failed = err
 		}
 	}
+	for _, r := range res[len(calls):] {
+		if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
+			if err = replyErr("a plain command", err); failed == nil || isUnavailable(err) {
+				failed = err
+			}
+		}
+	}
 	s.record(batch[0].now, failed)
 	for gi, g := range groups {
 		vals, err := replies[gi], errs[gi]
@@ -159,6 +292,14 @@ func (s *Store) runBatch(batch []*takeCall) {
 		for _, c := range g {
 			m := 2 + 3*c.n
 			c.done <- takeResult{vals: vals[off : off+m : off+m]}
+			off += m
+		}
+	}
+	off := len(calls)
+	for _, c := range batch {
+		if c.plain {
+			m := c.ncmds()
+			c.done <- takeResult{res: res[off : off+m : off+m]}
 			off += m
 		}
 	}

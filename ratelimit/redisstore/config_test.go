@@ -120,21 +120,41 @@ func TestBadReplies(t *testing.T) {
 	srv, c := standalone(t)
 	s := newStore(t, c, Options{Namespace: "bad", CallerClock: true, ManualSync: true})
 	ctx := context.Background()
-	lim := []ratelimit.Limit{ratelimit.PerMinute(5)}
+	now := ratelimittest.At(0)
+	win := []ratelimit.Limit{ratelimit.PerMinute(5).Sliding()}
 	// A foreign value under the store's key: Redis answers WRONGTYPE, the
-	// store says so instead of deciding on garbage.
-	srv.Do(t, "HSET", s.counterKey("k", lim[0].CounterID()), "f", "v")
-	_, err := s.Take(ctx, ratelimit.Request{Key: "k", Limits: lim, Now: ratelimittest.At(0)})
-	if !errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), "take.lua") {
-		t.Fatalf("Take over a string key: %v, want ErrBadReply naming WRONGTYPE and take.lua", err)
+	// store says so, naming the command and the key, instead of deciding
+	// on garbage.
+	key := testWindowKey(s, "k", win[0], now)
+	srv.Do(t, "HSET", key, "f", "v")
+	_, err := s.Take(ctx, ratelimit.Request{Key: "k", Limits: win, Now: now})
+	if !errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), "INCRBY "+key) {
+		t.Fatalf("Take over a hash: %v, want ErrBadReply naming WRONGTYPE, INCRBY and the key", err)
 	}
 	if st := s.Stats(); st.State != StateConnected {
 		t.Fatalf("a bad reply switched the store to %s: Redis did answer", st.State)
 	}
-	// A counter that is not three integers.
-	srv.Do(t, "SET", s.counterKey("k2", lim[0].CounterID()), "12 x 3")
-	if _, err := s.Take(ctx, ratelimit.Request{Key: "k2", Limits: lim, Now: ratelimittest.At(0)}); !errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), "12 x 3") {
-		t.Fatalf("Take over a corrupt counter: %v, want ErrBadReply quoting the value", err)
+	// A previous window that does not hold a count: quoted, and the call's
+	// own hit taken back.
+	prev := testWindowKey(s, "k2", win[0], now.Add(-time.Minute))
+	srv.Do(t, "SET", prev, "12 x 3")
+	if _, err := s.Take(ctx, ratelimit.Request{Key: "k2", Limits: win, Now: now}); !errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), prev) || !strings.Contains(err.Error(), "12 x 3") {
+		t.Fatalf("Take over a corrupt count: %v, want ErrBadReply naming the key and quoting the value", err)
+	}
+	if got := srv.Do(t, "GET", testWindowKey(s, "k2", win[0], now)); got != "0" {
+		t.Fatalf("count of the failed call's window %v, want 0 (its hit taken back)", got)
+	}
+
+	// Token buckets are decided by take.lua, which reports the same way.
+	lim := []ratelimit.Limit{ratelimit.PerMinute(5).TokenBucket(5)}
+	srv.Do(t, "HSET", s.counterKey("b", lim[0].CounterID()), "f", "v")
+	_, err = s.Take(ctx, ratelimit.Request{Key: "b", Limits: lim, Now: now})
+	if !errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), "take.lua") {
+		t.Fatalf("Take over a hash: %v, want ErrBadReply naming WRONGTYPE and take.lua", err)
+	}
+	srv.Do(t, "SET", s.counterKey("b2", lim[0].CounterID()), "12 x 3")
+	if _, err := s.Take(ctx, ratelimit.Request{Key: "b2", Limits: lim, Now: now}); !errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), "12 x 3") {
+		t.Fatalf("Take over a corrupt TAT: %v, want ErrBadReply quoting the value", err)
 	}
 	// A reply of the wrong shape (a script from another version, say).
 	orig := takeScript
@@ -160,9 +180,15 @@ func TestInvalidRequests(t *testing.T) {
 	_, c := standalone(t)
 	s := newStore(t, c, Options{Namespace: "inv", CallerClock: true, ManualSync: true})
 	ctx := context.Background()
-	huge := ratelimit.Limit{Count: 1 << 40, Window: 100 * 365 * 24 * time.Hour, Algorithm: ratelimit.FixedWindow}
-	if _, err := s.Take(ctx, ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{huge}, Now: ratelimittest.At(0)}); !errors.Is(err, ratelimit.ErrInvalidLimit) || !strings.Contains(err.Error(), "2^53") {
-		t.Fatalf("limit beyond exact range: %v", err)
+	// take.lua computes in doubles: a bucket beyond their exact range is
+	// refused. Windows are counted by INCRBY and decided in Go, exactly
+	// at any size.
+	huge := ratelimit.Limit{Count: 1 << 40, Window: 100 * 365 * 24 * time.Hour}
+	if _, err := s.Take(ctx, ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{huge.TokenBucket(2 << 40)}, Now: ratelimittest.At(0)}); !errors.Is(err, ratelimit.ErrInvalidLimit) || !strings.Contains(err.Error(), "2^52") {
+		t.Fatalf("bucket beyond exact range: %v", err)
+	}
+	if d, err := s.Take(ctx, ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{huge.Fixed()}, Now: ratelimittest.At(0)}); err != nil || !d.Allowed {
+		t.Fatalf("huge fixed window: allowed=%v err=%v", d.Allowed, err)
 	}
 	if _, err := s.Take(ctx, ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{ratelimit.PerSecond(1)}, Cost: -1}); !errors.Is(err, ratelimit.ErrInvalidLimit) {
 		t.Fatalf("negative cost: %v", err)

@@ -48,10 +48,15 @@ func hammer(t *testing.T, stores []*Store, perCaller int, call func(s *Store, g,
 	return admitted.Load()
 }
 
-func exactness(t *testing.T, c *Client) {
+func exactness(t *testing.T, c *Client, scriptWindows bool) {
 	stores := make([]*Store, nodes)
+	ns := "exact"
+	if scriptWindows {
+		ns = "exact-script"
+	}
 	for i := range stores {
-		stores[i] = newStore(t, c, Options{Namespace: "exact", CallerClock: true, ManualSync: true, Timeout: 10 * time.Second, Strict: true})
+		stores[i] = newStore(t, c, Options{Namespace: ns, CallerClock: true, ManualSync: true, Timeout: 10 * time.Second, Strict: true})
+		stores[i].scriptWindows = scriptWindows
 	}
 	ctx := context.Background()
 
@@ -146,12 +151,19 @@ func exactness(t *testing.T, c *Client) {
 
 func TestExactnessStandalone(t *testing.T) {
 	_, c := standalone(t)
-	exactness(t, c)
+	exactness(t, c, false)
 }
 
 func TestExactnessCluster(t *testing.T) {
 	_, c := cluster(t)
-	exactness(t, c)
+	exactness(t, c, false)
+}
+
+// Windows in a request with a token bucket are decided by take.lua: the
+// same bounds hold there.
+func TestExactnessStandaloneScript(t *testing.T) {
+	_, c := standalone(t)
+	exactness(t, c, true)
 }
 
 // TestPeriodicOvershootBounded: with sync_rate > 0 each node decides on

@@ -60,9 +60,9 @@ func TestLossAndReturnSynchronous(t *testing.T) {
 			t.Fatal("denied while under the limit")
 		}
 	}
-	// 7 round trips: the first call met a server without the script.
-	if st := s.Stats(); st.RedisCalls != 7 || st.State != StateConnected {
-		t.Fatalf("stats %+v, want 7 round trips, connected", st)
+	// 6 round trips: one pipeline of plain commands per decision.
+	if st := s.Stats(); st.RedisCalls != 6 || st.State != StateConnected {
+		t.Fatalf("stats %+v, want 6 round trips, connected", st)
 	}
 
 	srv.Stop()
@@ -162,8 +162,8 @@ func TestPeriodicSync(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	key := a.counterKey("k", r.Limits[0].CounterID())
-	if got, _ := srv.Do(t, "GET", key).(string); !strings.HasSuffix(got, " 7 0") {
+	key := testWindowKey(a, "k", r.Limits[0], now)
+	if got, _ := srv.Do(t, "GET", key).(string); got != "7" {
 		t.Fatalf("Redis counter %q, want a count of 7", got)
 	}
 	for name, s := range map[string]*Store{"a": a, "b": b} {
@@ -210,8 +210,8 @@ func TestPeriodicLossAndReturn(t *testing.T) {
 			t.Fatalf("sync after restart: %v", err)
 		}
 	}
-	key := a.counterKey("k", r.Limits[0].CounterID())
-	if got, _ := srv.Do(t, "GET", key).(string); !strings.HasSuffix(got, " 2 0") {
+	key := testWindowKey(a, "k", r.Limits[0], now)
+	if got, _ := srv.Do(t, "GET", key).(string); got != "2" {
 		t.Fatalf("Redis counter after return %q, want a count of 2 (one hit of each node since the failed cycle)", got)
 	}
 	if got := tr.String(); got != "connected>fallback fallback>probing probing>connected" {
@@ -257,8 +257,8 @@ func TestSentinelFailover(t *testing.T) {
 	if newMaster != sg.Replica.Addr() {
 		t.Fatalf("new master %s, want the replica %s", newMaster, sg.Replica.Addr())
 	}
-	key := s.counterKey("g0", lim[0].CounterID())
 	waitUntil(t, "decisions on the new master", func() bool {
+		key := testWindowKey(s, "g0", lim[0], time.Now())
 		return s.Stats().State == StateConnected && sg.Replica.Do(t, "EXISTS", key) == int64(1)
 	})
 	before := calls.Load()
@@ -304,7 +304,7 @@ func TestStrict(t *testing.T) {
 	}
 }
 
-// A cycle reads with a plain GET the counters others changed, and every
+// A cycle reads (sync.lua with nothing to push) the counters others changed, and every
 // fullPullEvery every counter the node holds; a value that is not a
 // counter there is a bad reply quoting it, and the other counters of the
 // cycle are still merged.
@@ -327,7 +327,7 @@ func TestPeriodicPullOfIdleCounters(t *testing.T) {
 	if err := b.Sync(ctx, now); err != nil {
 		t.Fatal(err)
 	}
-	srv.Do(t, "SET", a.counterKey("corrupt", lim[0].CounterID()), "12 x 3")
+	srv.Do(t, "SET", testWindowKey(a, "corrupt", lim[0], now), "12 x 3")
 	// "corrupt" was changed behind the journal's back: an ordinary cycle
 	// does not read it, the full read does.
 	if err := a.Sync(ctx, now.Add(time.Second)); err != nil {

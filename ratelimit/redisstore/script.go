@@ -120,6 +120,13 @@ type call struct {
 // the script. It reports the number of pipelines sent.
 func (sc *script) execMulti(ctx context.Context, rc rueidis.Client, calls []call) ([]rueidis.RedisResult, int) {
 	res, trips := doMulti(ctx, rc, len(calls), func(i int) rueidis.Completed { return sc.evalsha(rc, calls[i].keys, calls[i].args) })
+	return res, trips + sc.rerunNoScript(ctx, rc, calls, res)
+}
+
+// rerunNoScript sends again with EVAL, in one pipeline, the calls whose
+// EVALSHA in res met a server without the script, and puts their results
+// in res. It reports the number of pipelines sent.
+func (sc *script) rerunNoScript(ctx context.Context, rc rueidis.Client, calls []call, res []rueidis.RedisResult) int {
 	var again []int
 	for i, r := range res {
 		if isNoScript(r.Error()) {
@@ -127,7 +134,7 @@ func (sc *script) execMulti(ctx context.Context, rc rueidis.Client, calls []call
 		}
 	}
 	if len(again) == 0 {
-		return res, trips
+		return 0
 	}
 	more, n := doMulti(ctx, rc, len(again), func(j int) rueidis.Completed {
 		c := calls[again[j]]
@@ -136,7 +143,7 @@ func (sc *script) execMulti(ctx context.Context, rc rueidis.Client, calls []call
 	for j, r := range more {
 		res[again[j]] = r
 	}
-	return res, trips + n
+	return n
 }
 
 // doMulti sends n commands in one pipeline, again on a fresh connection

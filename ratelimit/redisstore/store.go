@@ -160,6 +160,11 @@ type Store struct {
 
 	decisions, localDecisions, redisCalls, redisErrors, syncs atomic.Uint64
 
+	// scriptWindows sends requests of window limits only to take.lua
+	// too, instead of plain commands (incr.go): tests run the script's
+	// window arithmetic through the conformance suite with it.
+	scriptWindows bool
+
 	// plans caches take.lua plans by planKey (see plan).
 	plans  sync.Map
 	nplans atomic.Int64
@@ -349,12 +354,15 @@ func (s *Store) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Decisi
 		}
 		return s.local.take(&r, true), nil
 	}
+	windows := allWindows(&r) && !s.scriptWindows
 	if s.opts.KongLayout {
 		if err := checkKong(r.Limits); err != nil {
 			return ratelimit.Decision{}, err
 		}
-	} else if err := checkExact(&r, r.Cost); err != nil {
-		return ratelimit.Decision{}, err
+	} else if !windows {
+		if err := checkExact(&r, r.Cost); err != nil {
+			return ratelimit.Decision{}, err
+		}
 	}
 	if !s.br.allow(r.Now) {
 		if s.opts.Strict {
@@ -365,9 +373,12 @@ func (s *Store) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Decisi
 	}
 	var d ratelimit.Decision
 	var err error
-	if s.opts.KongLayout {
+	switch {
+	case s.opts.KongLayout:
 		d, err = s.takeKong(ctx, &r)
-	} else {
+	case windows:
+		d, err = s.takeIncr(ctx, &r)
+	default:
 		d, err = s.takeRedis(ctx, &r)
 	}
 	if err == nil {
@@ -452,69 +463,23 @@ func floorDiv(a, b int64) int64 {
 // decisions unless MaxBatch is 1, and rebuilds the decision with
 // ratelimit.Apply from the counters the script read.
 func (s *Store) takeRedis(ctx context.Context, r *ratelimit.Request) (ratelimit.Decision, error) {
-	n := len(r.Limits)
-	keys := make([]string, n)
+	c := newCall()
+	c.keys = make([]string, len(r.Limits))
 	for i, l := range r.Limits {
-		keys[i] = s.counterKey(r.Key, l.CounterID())
+		c.keys[i] = s.counterKey(r.Key, l.CounterID())
 	}
-	plan := s.plan(r)
-	now := s.nowArg(r.Now)
-	// A lone caller (nothing in flight, nothing queued) sends its own call
-	// and saves the hand-off to a batcher; as soon as calls overlap they
-	// queue and are batched.
-	// The compare-and-swap lets one caller, not every caller that looked
-	// at the same moment, take the direct path.
-	direct := s.queue == nil
-	if direct {
-		s.inflight.Add(1)
-	} else {
-		direct = len(s.queue) == 0 && s.inflight.CompareAndSwap(0, 1)
-	}
-	if direct {
-		defer s.inflight.Add(-1)
-		ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		defer cancel()
-		args := make([]string, 0, 5+len(plan.args))
-		args = append(append(append(args, "1", s.minTTL(), "1"), plan.args...), now, "1")
-		res, trips := takeScript.exec(ctx, s.rc, keys, args)
-		s.redisCalls.Add(uint64(trips))
-		vals, err := res.ToArray()
-		if err != nil {
-			err = replyErr("take.lua", err)
-			s.record(r.Now, err)
-			return ratelimit.Decision{}, err
-		}
-		s.record(r.Now, nil)
-		return s.decodeTake(r, vals)
-	}
-	c := callPool.Get().(*takeCall)
-	c.keys, c.plan, c.nowArg, c.n, c.now, c.slot = keys, plan, now, n, r.Now, 0
+	c.plan, c.nowArg, c.n, c.now = s.plan(r), s.nowArg(r.Now), len(r.Limits), r.Now
 	if s.cluster {
-		c.slot = slot(keys[0])
+		c.slot = slot(c.keys[0])
 	}
-	select {
-	case s.queue <- c:
-	case <-ctx.Done():
-		return ratelimit.Decision{}, fmt.Errorf("redisstore: queueing a decision: %w", ctx.Err())
-	case <-s.stop:
-		return ratelimit.Decision{}, ratelimit.ErrClosed
+	res, answered := s.submit(ctx, c)
+	if answered {
+		free(c)
 	}
-	select {
-	case res := <-c.done:
-		*c = takeCall{done: c.done}
-		callPool.Put(c) // answered: no batcher holds it any more
-		if res.err != nil {
-			return ratelimit.Decision{}, res.err
-		}
-		return s.decodeTake(r, res.vals)
-	case <-ctx.Done():
-		// The caller's own deadline; the batch is bounded by Timeout.
-		err := fmt.Errorf("redisstore: waiting for a decision: %w", ctx.Err())
-		s.record(r.Now, err)
-		return ratelimit.Decision{}, err // c stays out of the pool: a batcher may still answer it
-	case <-s.stop:
-		return ratelimit.Decision{}, ratelimit.ErrClosed
+	if res.err != nil {
+		return ratelimit.Decision{}, res.err
 	}
+	return s.decodeTake(r, res.vals)
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }

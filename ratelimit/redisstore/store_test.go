@@ -77,6 +77,12 @@ var nsSeq atomic.Int64
 // factory gives every subtest of the conformance suite a fresh namespace on
 // one shared server, so each store starts empty.
 func factory(c *Client, opts Options) ratelimittest.Factory {
+	return factoryOf(c, opts, false)
+}
+
+// factoryOf is factory, with window limits decided by take.lua when
+// scriptWindows is set.
+func factoryOf(c *Client, opts Options, scriptWindows bool) ratelimittest.Factory {
 	return func(t *testing.T) ratelimit.Store {
 		o := opts
 		// The process id too: should two test processes ever reach one
@@ -92,6 +98,7 @@ func factory(c *Client, opts Options) ratelimittest.Factory {
 		if err != nil {
 			t.Fatalf("New: %v", err)
 		}
+		s.scriptWindows = scriptWindows
 		return s
 	}
 }
@@ -99,6 +106,13 @@ func factory(c *Client, opts Options) ratelimittest.Factory {
 func TestConformanceStandalone(t *testing.T) {
 	_, c := standalone(t)
 	ratelimittest.Run(t, factory(c, Options{}))
+}
+
+// The windows of a request that also has a token bucket go to take.lua,
+// whose window arithmetic must agree with ratelimit.Apply just as well.
+func TestConformanceStandaloneScript(t *testing.T) {
+	_, c := standalone(t)
+	ratelimittest.Run(t, factoryOf(c, Options{}, true))
 }
 
 func TestConformanceCluster(t *testing.T) {
@@ -127,13 +141,22 @@ func TestRedisHoldsTheCounters(t *testing.T) {
 	if d, err := s2.Take(ctx, r); err != nil || d.Allowed {
 		t.Fatalf("fourth call on another node: allowed=%v err=%v", d.Allowed, err)
 	}
-	key := s.counterKey("user:1", r.Limits[0].CounterID())
-	if got := srv.Do(t, "GET", key); got != strconv.FormatInt(ratelimittest.T0.UnixMilli(), 10)+" 3 0" {
-		t.Fatalf("GET %s = %v, want window start, 3, 0", key, got)
+	// One key per window, named by its start, holding the count.
+	key := s.counterKey("user:1", r.Limits[0].CounterID()) + ":" + strconv.FormatInt(ratelimittest.T0.UnixMilli(), 10)
+	if got := srv.Do(t, "GET", key); got != "3" {
+		t.Fatalf("GET %s = %v, want 3", key, got)
 	}
 	// Two windows would do by Redis' clock; with the caller's clock keys
 	// live at least callerClockTTL of real time.
 	if ttl, _ := srv.Do(t, "PTTL", key).(int64); ttl <= 3_500_000 || ttl > 3_600_000 {
 		t.Fatalf("PTTL = %d ms, want about an hour", ttl)
 	}
+}
+
+// testWindowKey returns the Redis key of the window of limit l (fixed or
+// sliding) of key that contains now.
+func testWindowKey(s *Store, key string, l ratelimit.Limit, now time.Time) string {
+	w := l.Window.Milliseconds()
+	ms := now.UnixMilli()
+	return windowKey(s.counterKey(key, l.CounterID()), ms-ms%w)
 }

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/rueidis"
 
 	"github.com/seed-008287da/sluice/ratelimit"
 )
@@ -196,7 +195,7 @@ func (s *Store) Sync(ctx context.Context, now time.Time) error {
 //  2. record them in the namespace's journal and learn from it which
 //     counters other nodes pushed since this node's previous cycle
 //     (journal.lua);
-//  3. read those of them this node holds (GET).
+//  3. read those of them this node holds (sync.lua with nothing to push).
 //
 // Kong's cycle reads every counter of the namespace (spec §2.7); reading
 // only the counters that changed in Redis gives each node the same totals
@@ -221,6 +220,9 @@ func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 	members := s.unjournaled
 	s.unjournaled = nil
 	if len(items) > 0 {
+		if members == nil {
+			members = make([]string, 0, len(items))
+		}
 		members = s.push(ctx, items, nowArg, nowUs, members, fail)
 	}
 
@@ -251,18 +253,7 @@ func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 		}
 	}
 	if len(pull) > 0 {
-		res, trips := doMulti(ctx, s.rc, len(pull), func(j int) rueidis.Completed {
-			return s.rc.B().Get().Key(s.counterKey(pull[j].key, pull[j].id)).Build()
-		})
-		s.redisCalls.Add(uint64(trips))
-		for j, r := range res {
-			c, err := parseCounter(r)
-			if err != nil {
-				fail(err)
-				continue
-			}
-			s.local.merge(&pull[j], c, nowUs)
-		}
+		s.push(ctx, pull, nowArg, nowUs, nil, fail)
 	}
 	return firstErr
 }
@@ -273,9 +264,10 @@ func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 const maxPushBatch = 256
 
 // push sends items' waiting hits with sync.lua, several counters per call
-// (on Cluster, of one slot), all calls in one pipeline, merges the totals
-// Redis returns and appends the journal member of every counter pushed to
-// members. A counter that fails is reported to fail; the others are merged.
+// (on Cluster, of one slot), all calls in one pipeline, and merges the
+// totals Redis returns. With members non-nil it appends the journal member
+// of every counter that had hits to push; items with no hits are only
+// read. A counter that fails is reported to fail; the others are merged.
 func (s *Store) push(ctx context.Context, items []syncItem, nowArg string, nowUs int64, members []string, fail func(error)) []string {
 	keys := make([]string, len(items))
 	order := make([]int, len(items))
@@ -346,7 +338,9 @@ func (s *Store) push(ctx context.Context, items []syncItem, nowArg string, nowUs
 				continue
 			}
 			s.local.merge(&items[k], ratelimit.Counter{Start: n[0], Cur: n[1], Prev: n[2]}, nowUs)
-			members = append(members, journalMember(items[k].key, items[k].id))
+			if members != nil {
+				members = append(members, journalMember(items[k].key, items[k].id))
+			}
 		}
 	}
 	return members
@@ -431,28 +425,4 @@ func parseJournalMember(m string) (lkey, bool) {
 		return lkey{}, false
 	}
 	return lkey{key: m[i+1:], id: id}, true
-}
-
-// parseCounter reads a counter as GET returns it: the string "s c p" that
-// the scripts write (see take.lua), or nil for a counter Redis does not
-// hold (the zero Counter).
-func parseCounter(r rueidis.RedisResult) (ratelimit.Counter, error) {
-	v, err := r.ToString()
-	if rueidis.IsRedisNil(err) {
-		return ratelimit.Counter{}, nil
-	}
-	if err != nil {
-		return ratelimit.Counter{}, replyErr("GET counter", err)
-	}
-	f := strings.Fields(v)
-	if len(f) != 3 {
-		return ratelimit.Counter{}, fmt.Errorf("%w: counter %q is not \"start count previous\"", ErrBadReply, v)
-	}
-	var n [3]int64
-	for i := range f {
-		if n[i], err = strconv.ParseInt(f[i], 10, 64); err != nil {
-			return ratelimit.Counter{}, fmt.Errorf("%w: counter %q is not \"start count previous\"", ErrBadReply, v)
-		}
-	}
-	return ratelimit.Counter{Start: n[0], Cur: n[1], Prev: n[2]}, nil
 }

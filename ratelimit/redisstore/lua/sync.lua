@@ -1,8 +1,11 @@
 -- sync.lua: push the local hits of a batch of counters and pull their
 -- totals, for the periodic mode (sync_rate > 0). A cycle sends one call
--- per batch of counters (on Cluster, per slot), all in one pipeline.
+-- per batch of counters (on Cluster, per slot), all in one pipeline; a
+-- counter with no hits to push is only read.
 --
--- KEYS     the counters, each the string "s c p" of take.lua.
+-- KEYS     the base keys of the counters, in take.lua's layout: a window's
+--          count at "<base>:<start>" (an integer), a bucket's TAT at
+--          "<base>".
 -- ARGV[1]  time in Unix microseconds, or "" to read Redis TIME (once).
 -- ARGV[2]  the least time to live of a written key in ms (see take.lua).
 -- then per key, 6 values:
@@ -15,8 +18,11 @@
 --
 -- Hits of a window older than the previous one are dropped: they can no
 -- longer affect a decision. Reply: per key, 3 values: s, c, p after the
--- push; a key that does not hold a counter gives instead an error text and
--- two zeros, and is left as it is (the other keys are unaffected).
+-- push, as ratelimit.Counter holds them: for a window, the newest of the
+-- window of now and the windows pushed, its count and the previous
+-- window's count; for a bucket, the TAT and two zeros. A key whose value
+-- is not a count gives instead an error text and two zeros, and is left
+-- as it is (the other keys are unaffected).
 
 local now_us = tonumber(ARGV[1])
 if ARGV[1] == '' then
@@ -26,57 +32,59 @@ end
 local now_ms = (now_us - now_us % 1000) / 1000
 local min_ttl = tonumber(ARGV[2])
 
-local function push(key, j)
-  local kind = tonumber(ARGV[j])
-  local w = tonumber(ARGV[j + 1])
-  local s, c, p = 0, 0, 0
-  local v = redis.call('GET', key)
-  if v then
-    local a, b, d = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
-    if not a then
-      error('sluice: counter ' .. key .. ' is not "start count previous": ' .. v)
-    end
-    s, c, p = tonumber(a), tonumber(b), tonumber(d)
-  end
-  local changed = false
+-- wkey returns the key of the window of base starting at start.
+local function wkey(base, start)
+  return base .. ':' .. string.format('%d', start)
+end
 
+-- count reads an integer count, or fails naming the key.
+local function count(key, v)
+  if not v then return 0 end
+  local n = tonumber(v)
+  if not n then
+    error('sluice: ' .. key .. ' holds ' .. v .. ', not an integer count')
+  end
+  return n
+end
+
+local function push(base, j)
+  local kind = tonumber(ARGV[j])
   if kind == 2 then
+    local s = count(base, redis.call('GET', base))
     local d = tonumber(ARGV[j + 3])
     if d > 0 then
       s = math.max(s, now_us) + d
-      changed = true
+      redis.call('SET', base, string.format('%d', s),
+        'PX', string.format('%d', math.max(math.ceil((s - now_us) / 1000) + 1, min_ttl, 1)))
     end
-  else
-    for x = j + 2, j + 4, 2 do
-      local ds = tonumber(ARGV[x])
-      local d = tonumber(ARGV[x + 1])
-      if d ~= 0 then
-        if ds > s then
-          if s == ds - w then p = c else p = 0 end
-          c = 0
-          s = ds
-        end
-        if ds == s then
-          c = c + d
-          changed = true
-        elseif ds == s - w then
-          p = p + d
-          changed = true
-        end
-      end
-    end
+    return s, 0, 0
   end
 
-  if changed then
-    local ttl
-    if kind == 2 then
-      ttl = math.ceil((s - now_us) / 1000) + 1
-    else
-      ttl = s + 2 * w - now_ms
+  local w = tonumber(ARGV[j + 1])
+  local s = now_ms - now_ms % w
+  local done = {}
+  for x = j + 2, j + 4, 2 do
+    local start, hits = tonumber(ARGV[x]), tonumber(ARGV[x + 1])
+    if hits ~= 0 and start >= s - w then
+      local key = wkey(base, start)
+      local n = redis.pcall('INCRBY', key, hits)
+      if type(n) == 'table' then
+        -- A foreign value: take back the first push, so that the key's
+        -- counters are left as they were.
+        for _, u in ipairs(done) do redis.call('DECRBY', u[1], u[2]) end
+        error('sluice: ' .. key .. ': ' .. tostring(n.err))
+      end
+      done[#done + 1] = { key, hits }
+      if n == hits then
+        redis.call('PEXPIRE', key, string.format('%d', math.max(start + 2 * w - now_ms, min_ttl, 1)))
+      end
+      if start > s then s = start end
     end
-    redis.call('SET', key, string.format('%d %d %d', s, c, p),
-      'PX', string.format('%d', math.max(ttl, min_ttl, 1)))
   end
+  local cur, prev = wkey(base, s), wkey(base, s - w)
+  local v = redis.call('MGET', cur, prev)
+  local c, p = count(cur, v[1]), count(prev, v[2])
+  if kind == 0 then p = 0 end
   return s, c, p
 end
 

@@ -3,16 +3,19 @@
 -- ratelimit, algorithms.go) step for step; Go then replays Apply on the
 -- counters this script read, so the reported figures come from the one Go
 -- statement of the math and this script only has to agree on allow/deny
--- and on the stored counters. Requests are decided in order, so a batch is
+-- and on the stored counts. Requests are decided in order, so a batch is
 -- the same as its requests sent one by one.
 --
--- KEYS     the counters of every limit of every request, in order. A
---          counter is a string "s c p": s the window start in Unix ms (a
---          token bucket's TAT in Unix us), c the current window's count, p
---          the previous window's count (0 for a bucket). The batch reads
---          every counter with one MGET and writes each changed counter once,
---          with SET PX (a hash would cost another command for its expiry).
---          On Cluster the caller batches only keys of one slot.
+-- KEYS     the base key of every limit of every request, in order. Counts
+--          are plain integers, so that a hit is one INCRBY:
+--            fixed or sliding window: "<base>:<start>" holds the count of
+--              the window starting at <start> (Unix ms), kept until the
+--              end of the window after it (a sliding window reads it as
+--              the previous count);
+--            token bucket: "<base>" holds the TAT in Unix us.
+--          All of a request's keys share its base's hash tag, so on
+--          Cluster they sit in one slot; the caller batches only keys of
+--          one slot.
 -- ARGV[1]  number of requests R.
 -- ARGV[2]  the least time to live of a written key, in ms: 0 with Redis'
 --          clock; with the caller's clock, real time and decision time part,
@@ -35,14 +38,18 @@
 --   plan     the index of its plan, from 1
 --
 -- Reply: per request, 2 + 3n values: { allowed (1 or 0), now_us, s_1, c_1,
--- p_1, ..., s_n, c_n, p_n } where s_i, c_i, p_i are the counters as read,
--- before the request. A request that fails (a key holding another type, a
--- counter that is not an integer) gives instead an error text followed by
--- 1 + 3n zeros, and changes nothing; the other requests are unaffected.
+-- p_1, ..., s_n, c_n, p_n } where s_i, c_i, p_i are the counter before the
+-- request as ratelimit.Counter holds it: for a window, the start of the
+-- window of now, its count and the previous window's count (0 for a fixed
+-- window); for a bucket, the TAT and two zeros. A request that fails (a
+-- key holding another type, a count that is not an integer) gives instead
+-- an error text followed by 1 + 3n zeros, and changes nothing; the other
+-- requests are unaffected.
 --
--- Speed: the script allocates no table per request or limit (per-limit
--- state lives in arrays reused by every request, counters in tables keyed
--- by key): table creation is most of a Lua script's own cost.
+-- Speed: a hit is one INCRBY (plus a PEXPIRE when it creates the window's
+-- key) and every count of the batch is read by one MGET: no text to parse
+-- or format, which is most of what a read-modify-write of a packed counter
+-- costs inside Redis. The script allocates no table per request or limit.
 --
 -- Exactness: Lua numbers are doubles, exact for integers up to 2^53. Go
 -- only sends limits with count*W_ms <= 2^53 and bucket values tau and the
@@ -60,49 +67,87 @@ local function clock()
   return time_us
 end
 
--- Counters of the batch. raw[key] is what MGET read: a string, false when
--- absent, or { err = ... } for a key holding another type. S, C, P hold a
--- counter once parsed or changed; T[key] is the time to live of a changed
--- counter, written once at the end, in the order of first change.
-local raw, S, C, P, T, order = {}, {}, {}, {}, {}, {}
-do
-  local uniq, seen = {}, {}
-  for _, key in ipairs(KEYS) do
-    if not seen[key] then
-      seen[key] = true
-      uniq[#uniq + 1] = key
+-- The plans: PLAN holds 4 values per plan (cost, penalty, n, index of its
+-- first limit in LIM), LIM 4 values per limit (kind, count, a, b).
+local PLAN, LIM = {}, {}
+local j, l = 4, 1
+for p = 1, tonumber(ARGV[3]) do
+  local n = tonumber(ARGV[j + 2])
+  local h = 4 * p - 3
+  PLAN[h], PLAN[h + 1], PLAN[h + 2], PLAN[h + 3] = tonumber(ARGV[j]), ARGV[j + 1] == '1', n, l
+  j = j + 3
+  for _ = 1, n do
+    LIM[l], LIM[l + 1], LIM[l + 2], LIM[l + 3] = tonumber(ARGV[j]), tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
+    l = l + 4
+    j = j + 4
+  end
+end
+local first_req = j
+
+-- Pass 1: the keys every request reads. Per KEYS index k: CUR[k] the key
+-- of the window of now (a bucket's base), PREV[k] the previous window's
+-- (sliding only), START[k] the window start. NOW[r] is request r's time.
+-- GET lists each key once, for one MGET.
+local CUR, PREV, START, NOW = {}, {}, {}, {}
+local GET, seen = {}, {}
+local function want(key)
+  if not seen[key] then
+    seen[key] = true
+    GET[#GET + 1] = key
+  end
+end
+local k = 1
+for r = 1, tonumber(ARGV[1]) do
+  local a = first_req + 2 * (r - 1)
+  local now_us = ARGV[a]
+  if now_us == '' then now_us = clock() else now_us = tonumber(now_us) end
+  NOW[r] = now_us
+  local now_ms = (now_us - now_us % 1000) / 1000
+  local h = 4 * tonumber(ARGV[a + 1]) - 3
+  local l0 = PLAN[h + 3]
+  for i = 0, PLAN[h + 2] - 1 do
+    local base, kind = KEYS[k + i], LIM[l0 + 4 * i]
+    if kind == 2 then
+      CUR[k + i] = base
+      want(base)
+    else
+      local w = LIM[l0 + 4 * i + 2]
+      local start = now_ms - now_ms % w
+      local cur = base .. ':' .. string.format('%d', start)
+      CUR[k + i], START[k + i] = cur, start
+      want(cur)
+      if kind == 1 then
+        local prev = base .. ':' .. string.format('%d', start - w)
+        PREV[k + i] = prev
+        want(prev)
+      end
     end
   end
-  for from = 1, #uniq, 1000 do -- unpack is bounded by the Lua stack
-    local part = redis.call('MGET', unpack(uniq, from, math.min(from + 999, #uniq)))
-    for i = 1, #part do
-      local key, v = uniq[from + i - 1], part[i]
-      -- MGET reads a value of another type as absent; SET would then
-      -- destroy it. A key that exists without a string value is reported
-      -- by its request instead.
-      if not v and redis.call('EXISTS', key) == 1 then
-        v = { err = 'WRONGTYPE counter ' .. key .. ' holds a ' .. redis.call('TYPE', key).ok .. ', not a string' }
-      end
-      raw[key] = v
+  k = k + PLAN[h + 2]
+end
+
+-- V[key] is a count (or TAT) as read and then as written by this batch:
+-- a number, or an error text for a key whose value is not an integer.
+-- ABSENT[key] is true while a key MGET did not find has not been written:
+-- MGET reads a key of another type as absent, so the first write to it is
+-- where WRONGTYPE shows.
+local V, ABSENT = {}, {}
+for from = 1, #GET, 1000 do -- unpack is bounded by the Lua stack
+  local part = redis.call('MGET', unpack(GET, from, math.min(from + 999, #GET)))
+  for i = 1, #part do
+    local key, v = GET[from + i - 1], part[i]
+    if v then
+      V[key] = tonumber(v) or ('sluice: ' .. key .. ' holds ' .. v .. ', not an integer count')
+    else
+      V[key], ABSENT[key] = 0, true
     end
   end
 end
 
--- load returns a counter: absent is 0 0 0, anything but three integers is
--- an error naming the key, never a silent zero.
-local function load(key)
-  local s = S[key]
-  if s then return s, C[key], P[key] end
-  local v = raw[key]
-  if not v then return 0, 0, 0 end
-  if type(v) == 'table' then error(v.err) end
-  local a, b, c = string.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)$')
-  if not a then
-    error('sluice: counter ' .. key .. ' is not "start count previous": ' .. v)
-  end
-  a, b, c = tonumber(a), tonumber(b), tonumber(c)
-  S[key], C[key], P[key] = a, b, c
-  return a, b, c
+local function read(key)
+  local v = V[key]
+  if type(v) == 'string' then error(v) end
+  return v
 end
 
 -- floor(a / b) for integers 0 <= a <= 2^53, b >= 1, exactly.
@@ -116,137 +161,134 @@ local function floordiv(a, b)
   return q
 end
 
+-- Writes of the request being decided, to undo them if a later one fails:
+-- key, value before, whether it was absent.
+local UK, UV, UA, nundo = {}, {}, {}, 0
+
+local function remember(key)
+  nundo = nundo + 1
+  UK[nundo], UV[nundo], UA[nundo] = key, V[key], ABSENT[key]
+end
+
+-- incr adds d to a window count, setting its expiry when it creates the key.
+local function incr(key, d, ttl)
+  remember(key)
+  V[key] = redis.call('INCRBY', key, d)
+  if ABSENT[key] then
+    redis.call('PEXPIRE', key, string.format('%d', ttl))
+    ABSENT[key] = nil
+  end
+end
+
+-- settat stores a bucket's TAT. SET would replace a value of another type
+-- that MGET read as absent: such a key is reported instead.
+local function settat(key, tat, ttl)
+  if ABSENT[key] and redis.call('EXISTS', key) == 1 then
+    error('WRONGTYPE ' .. key .. ' holds a ' .. redis.call('TYPE', key).ok .. ', not a TAT')
+  end
+  remember(key)
+  redis.call('SET', key, string.format('%d', tat), 'PX', string.format('%d', ttl))
+  V[key], ABSENT[key] = tat, nil
+end
+
+-- undo takes back the writes of a request that failed half way.
+local function undo()
+  for x = nundo, 1, -1 do
+    local key = UK[x]
+    if UA[x] then
+      redis.call('DEL', key)
+    else
+      redis.call('SET', key, string.format('%d', UV[x]), 'KEEPTTL')
+    end
+    V[key], ABSENT[key] = UV[x], UA[x]
+  end
+  nundo = 0
+end
+
 -- Per-limit state of the request being decided, reused by every request.
-local LK, LKIND, LW, LINC, LS, LC, LP, LCOUNTED = {}, {}, {}, {}, {}, {}, {}, {}
+local LC, LP, LADD = {}, {}, {}
 local reply = {}
+local nreply = 0
 
--- The plans of the batch (see below), 4 values each: cost, penalty, n and
--- the index of the first limit's values in LIM, which holds 4 values per
--- limit: kind, count, a, b. Two tables, whatever the batch: creating
--- tables is what a short script spends most on.
-local PLAN, LIM = {}, {}
-
--- decide runs one request whose keys start at KEYS[k] and whose n limits'
--- values start at LIM[l0], appending its values to reply.
-local function decide(k, l0, n, now_us, cost, penalty)
+-- decide runs request r, whose keys start at KEYS[k] and whose plan's
+-- values start at PLAN[h], appending its values to reply.
+local function decide(r, k, h)
+  local now_us = NOW[r]
   local now_ms = (now_us - now_us % 1000) / 1000
-  local base = #reply
+  local cost, penalty, n, l0 = PLAN[h], PLAN[h + 1], PLAN[h + 2], PLAN[h + 3]
+  local base = nreply
   reply[base + 1] = 1
   reply[base + 2] = now_us
   local denied = false
   for i = 1, n do
-    local key = KEYS[k + i - 1]
+    local x = k + i - 1
     local l = l0 + 4 * (i - 1)
     local kind, count, a, b = LIM[l], LIM[l + 1], LIM[l + 2], LIM[l + 3]
-    local s, c, p = load(key)
     local o = base + 2 + 3 * (i - 1)
-    reply[o + 1] = s
-    reply[o + 2] = c
-    reply[o + 3] = p
-    LK[i], LKIND[i], LW[i], LINC[i], LCOUNTED[i] = key, kind, a, b, false
     local add = not denied
+    LADD[i] = false
     if kind == 2 then
       -- Token bucket (GCRA): a is tau, b the increment (or -1).
-      local tat = math.max(s, now_us)
-      local exceeded = false
-      if b < 0 then
-        exceeded = add
-      elseif tat + b - now_us > a then
-        exceeded = add
-      end
-      if add and not exceeded then
-        s = tat + b
-        LCOUNTED[i] = true
-      end
-      if exceeded then denied = true end
-    else
-      local w = a
-      -- roll to the window containing now; a clock step back keeps
-      -- counting in the newest window.
-      local start = now_ms - now_ms % w
-      if not (s == start or start < s) then
-        if s == start - w then p = c else p = 0 end
-        c = 0
-        s = start
-      end
+      local s = read(CUR[x])
+      reply[o + 1], reply[o + 2], reply[o + 3] = s, 0, 0
       if add then
-        c = c + cost
-        LCOUNTED[i] = true
-        local exceeded
-        if c > count then
-          exceeded = true
-        elseif kind == 0 then
-          exceeded = false
+        if b < 0 or math.max(s, now_us) + b - now_us > a then
+          denied = true
         else
-          -- cur*w + p*rem > count*w  <=>  p > floor((count-cur)*w / rem)
-          local e = now_ms - s
-          if e < 0 then e = 0 end
-          exceeded = p > floordiv((count - c) * w, w - e)
+          LADD[i] = true
         end
-        if exceeded then denied = true end
+      end
+    else
+      local s, c, p = START[x], read(CUR[x]), 0
+      if kind == 1 then p = read(PREV[x]) end
+      reply[o + 1], reply[o + 2], reply[o + 3] = s, c, p
+      if add then
+        LADD[i] = true
+        c = c + cost
+        if c > count then
+          denied = true
+        elseif kind == 1 then
+          -- cur*w + p*rem > count*w  <=>  p > floor((count-cur)*w / rem)
+          local w = a
+          if p > floordiv((count - c) * w, w - (now_ms - s)) then denied = true end
+        end
       end
     end
-    LS[i], LC[i], LP[i] = s, c, p
   end
+  if denied then reply[base + 1] = 0 end
 
-  if denied then
-    reply[base + 1] = 0
-    for i = 1, n do
-      if LCOUNTED[i] and (LKIND[i] == 2 or not penalty) then
-        if LKIND[i] == 2 then LS[i] = LS[i] - LINC[i] else LC[i] = LC[i] - cost end
-        LCOUNTED[i] = false
-      end
-    end
-  end
-
+  nundo = 0
   for i = 1, n do
-    if LCOUNTED[i] then
-      local key, ttl = LK[i]
-      if LKIND[i] == 2 then
-        ttl = math.ceil((LS[i] - now_us) / 1000) + 1
-      else
-        ttl = LS[i] + 2 * LW[i] - now_ms
+    if LADD[i] then
+      local x = k + i - 1
+      local l = l0 + 4 * (i - 1)
+      local kind = LIM[l]
+      if kind == 2 then
+        if not denied then
+          local tat = math.max(V[CUR[x]], now_us) + LIM[l + 3]
+          settat(CUR[x], tat, math.max(math.ceil((tat - now_us) / 1000) + 1, min_ttl, 1))
+        end
+      elseif not denied or penalty then
+        incr(CUR[x], cost, math.max(START[x] + 2 * LIM[l + 2] - now_ms, min_ttl, 1))
       end
-      if not T[key] then order[#order + 1] = key end
-      S[key], C[key], P[key], T[key] = LS[i], LC[i], LP[i], math.max(ttl, min_ttl, 1)
     end
   end
+  nreply = base + 2 + 3 * n
 end
 
--- The plans: each a cost, a penalty flag and its limits, parsed once for
--- every request of the batch that uses it.
-local j, l = 4, 1
-for p = 1, tonumber(ARGV[3]) do
-  local n = tonumber(ARGV[j + 2])
-  local h = 4 * p - 3
-  PLAN[h], PLAN[h + 1], PLAN[h + 2], PLAN[h + 3] = tonumber(ARGV[j]), ARGV[j + 1] == '1', n, l
-  j = j + 3
-  for _ = 1, n do
-    LIM[l], LIM[l + 1], LIM[l + 2], LIM[l + 3] = tonumber(ARGV[j]), tonumber(ARGV[j + 1]), tonumber(ARGV[j + 2]), tonumber(ARGV[j + 3])
-    l = l + 4
-    j = j + 4
-  end
-end
-
-local k = 1
-for _ = 1, tonumber(ARGV[1]) do
-  local now_us = ARGV[j]
-  local h = 4 * tonumber(ARGV[j + 1]) - 3
+k = 1
+for r = 1, tonumber(ARGV[1]) do
+  local h = 4 * tonumber(ARGV[first_req + 2 * r - 1]) - 3
   local n = PLAN[h + 2]
-  if now_us == '' then now_us = clock() else now_us = tonumber(now_us) end
-  local mark = #reply
-  local ok, err = pcall(decide, k, PLAN[h + 3], n, now_us, PLAN[h], PLAN[h + 1])
+  local ok, err = pcall(decide, r, k, h)
   if not ok then
-    for x = #reply, mark + 1, -1 do reply[x] = nil end
+    undo()
     if type(err) == 'table' then err = err.err end
-    reply[mark + 1] = tostring(err)
-    for x = 1, 1 + 3 * n do reply[mark + 1 + x] = 0 end
+    reply[nreply + 1] = tostring(err)
+    for x = 1, 1 + 3 * n do reply[nreply + 1 + x] = 0 end
+    nreply = nreply + 2 + 3 * n
   end
   k = k + n
-  j = j + 2
 end
-
-for _, key in ipairs(order) do
-  redis.call('SET', key, string.format('%d %d %d', S[key], C[key], P[key]), 'PX', string.format('%d', T[key]))
-end
+for x = #reply, nreply + 1, -1 do reply[x] = nil end
 return reply
