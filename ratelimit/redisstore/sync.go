@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/seed-008287da/sluice/ratelimit"
 )
 
