@@ -11,11 +11,17 @@
 # The keys are written by the first call and exist for the others.
 #
 # Cases:
-#   take.lua, 1 and 10 decisions per call (one sliding-window limit each)
-#   take.lua with counters packed as three doubles (struct.pack) instead of
-#     "s c p" text: a prototype made here with sed, not sluice's format
+#   plain commands: what a synchronous decision of one sliding-window limit
+#     sends (INCRBY, GET of the previous window, and PEXPIRE, which a node
+#     sends once per window and key), pipelined 64 decisions deep with
+#     redis-cli --pipe; whole-process instructions per decision, less an
+#     idle server's (this case counts the server's own networking too)
+#   take.lua, 1 and 10 decisions per call (one sliding-window limit each;
+#     take.lua decides windows only in requests that also hold a token
+#     bucket)
 #   redis_rate's GCRA script (from the Go module cache), 1 decision per call
-#   sync.lua, 100 counters per call
+#   sync.lua, 100 token buckets per call (window counters are pushed with
+#     plain INCRBY, as in the first case)
 #   journal.lua, 1000 members per call (the caller's first call: members
 #     recorded, no lookup of previous scores)
 #
@@ -63,23 +69,48 @@ take() { # SCRIPT R
   count "$1" "$2" "${keys[@]}" -- "$2" 0 1 1 1 1 1 1000000000 1000 0 "${reqs[@]}"
 }
 
-sed -e "s/string\.match(v, '^(%-?%d+) (%-?%d+) (%-?%d+)\$')/struct.unpack('<ddd', v)/" \
-    -e "s/string\.format('%d %d %d', S\[key\], C\[key\], P\[key\])/struct.pack('<ddd', S[key], C[key], P[key])/" \
-    "$LUA/take.lua" > "$WORK/take-packed.lua"
-grep -q "struct.pack" "$WORK/take-packed.lua" || { echo "redis-instructions.sh: the packed prototype no longer applies to take.lua" >&2; exit 1; }
-
 rr=$(go list -m -f '{{.Dir}}' github.com/go-redis/redis_rate/v10)/lua.go
 awk '/allowN = redis.NewScript\(`/ {p = 1; next} p && /^`\)/ {exit} p' "$rr" > "$WORK/redis_rate.lua"
 [ -s "$WORK/redis_rate.lua" ] || { echo "redis-instructions.sh: redis_rate's script not found in $rr" >&2; exit 1; }
 
+# plain N: whole-process instructions of redis-server per decision sent as
+# plain commands, N decisions through redis-cli --pipe, less those of a
+# server that received only PING.
+plain() {
+  local n=$1 total base
+  whole() { # FILE: instructions of a server fed FILE
+    rm -f "$WORK"/cg.*
+    valgrind --tool=callgrind --callgrind-out-file="$WORK/cg.%p" \
+      redis-server --port "$PORT" --bind 127.0.0.1 --save "" --appendonly no --dir "$WORK" --hz 1 >/dev/null 2>&1 &
+    local vp=$! i
+    for i in $(seq 200); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+    redis-cli -p "$PORT" --pipe < "$1" >/dev/null
+    redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
+    wait "$vp" || true
+    awk '/^(summary|totals):/ {print $2; exit}' "$WORK"/cg.*
+  }
+  : > "$WORK/idle.txt"
+  awk -v n="$n" 'BEGIN {
+    for (i = 0; i < n; i++) {
+      k = "sluice:{2:k" (i % 100) "}:5"
+      printf "*3\r\n$6\r\nINCRBY\r\n$%d\r\n%s:1796083200000\r\n$1\r\n1\r\n", length(k) + 14, k
+      printf "*2\r\n$3\r\nGET\r\n$%d\r\n%s:1796083199000\r\n", length(k) + 14, k
+      if (i < 100) printf "*3\r\n$7\r\nPEXPIRE\r\n$%d\r\n%s:1796083200000\r\n$7\r\n3600000\r\n", length(k) + 14, k
+    }
+  }' > "$WORK/plain.txt"
+  total=$(whole "$WORK/plain.txt")
+  base=$(whole "$WORK/idle.txt")
+  echo "$(( (total - base) / n )) per decision"
+}
+
 echo "== $(redis-server --version | cut -d' ' -f1-3), N=$N calls per case; instructions inside EVALSHA"
+echo "plain commands (INCRBY, GET; PEXPIRE once per key): $(plain $((N * 100)))"
 echo "take.lua, 1 decision per call:            $(take "$LUA/take.lua" 1) (decision)"
 echo "take.lua, 10 decisions per call:          $(take "$LUA/take.lua" 10) (decision)"
-echo "take.lua packed prototype, 10 per call:   $(take "$WORK/take-packed.lua" 10) (decision)"
 echo "redis_rate, 1 decision per call:          $(count "$WORK/redis_rate.lua" 1 rate:k1 -- 1000000000 1000000000 1 1) (decision)"
 keys=(); args=("" 0)
-for r in $(seq 100); do keys+=("sluice:{2:k$r}:5"); args+=(1 3600000 1796083200000 3 0 0); done
-echo "sync.lua, 100 counters per call:          $(count "$LUA/sync.lua" 100 "${keys[@]}" -- "${args[@]}") (counter)"
+for r in $(seq 100); do keys+=("sluice:{2:k$r}:5"); args+=(3000); done
+echo "sync.lua, 100 buckets per call:           $(count "$LUA/sync.lua" 100 "${keys[@]}" -- "${args[@]}") (bucket)"
 members=()
 for r in $(seq 1000); do members+=("5:k$r"); done
 echo "journal.lua, 1000 members per call:       $(count "$LUA/journal.lua" 1000 j s m -- "" -1 "" 10000 "${members[@]}") (member)"

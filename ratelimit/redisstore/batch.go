@@ -36,15 +36,17 @@ type takeCall struct {
 	now    time.Time
 
 	// Plain commands (incr.go): per limit the key of the window of now,
-	// its time to live in ms, and the previous window's key ("" for a
-	// fixed window).
+	// its time to live in ms, whether to send it (PEXPIRE), and the
+	// previous window's key ("" for a fixed window).
 	plain     bool
 	cost      int64
 	cur, prev []string
 	ttl       []int64
+	expire    []bool
 	curBuf    [4]string
 	prevBuf   [4]string
 	ttlBuf    [4]int64
+	expireBuf [4]bool
 
 	done chan takeResult // buffered: a batcher never blocks on it
 }
@@ -57,7 +59,7 @@ var callPool = sync.Pool{New: func() any { return &takeCall{done: make(chan take
 // newCall returns a cleared call from the pool.
 func newCall() *takeCall {
 	c := callPool.Get().(*takeCall)
-	c.cur, c.prev, c.ttl = c.curBuf[:0], c.prevBuf[:0], c.ttlBuf[:0]
+	c.cur, c.prev, c.ttl, c.expire = c.curBuf[:0], c.prevBuf[:0], c.ttlBuf[:0], c.expireBuf[:0]
 	return c
 }
 
@@ -69,9 +71,12 @@ func free(c *takeCall) {
 
 // ncmds returns the number of plain commands of c.
 func (c *takeCall) ncmds() int {
-	n := 2 * len(c.cur)
-	for _, p := range c.prev {
-		if p != "" {
+	n := len(c.cur)
+	for i := range c.cur {
+		if c.expire[i] {
+			n++
+		}
+		if c.prev[i] != "" {
 			n++
 		}
 	}
@@ -169,10 +174,13 @@ func (s *Store) runBatch(batch []*takeCall) {
 		}
 		return
 	}
-	var scripts []*takeCall
+	// A call's fields are read only before the first answer: an answered
+	// call goes back to its caller.
+	var scripts, plains []*takeCall
 	nplain := 0
 	for _, c := range batch {
 		if c.plain {
+			plains = append(plains, c)
 			nplain += c.ncmds()
 		} else {
 			scripts = append(scripts, c)
@@ -222,12 +230,14 @@ func (s *Store) runBatch(batch []*takeCall) {
 		i = j
 	}
 	ops := make([]plainOp, 0, nplain)
-	for _, c := range batch {
-		if !c.plain {
-			continue
-		}
+	ncmds := make([]int, len(plains))
+	for pi, c := range plains {
+		ncmds[pi] = c.ncmds()
 		for i := range c.cur {
-			ops = append(ops, plainOp{c, i, 0}, plainOp{c, i, 1})
+			ops = append(ops, plainOp{c, i, 0})
+			if c.expire[i] {
+				ops = append(ops, plainOp{c, i, 1})
+			}
 			if c.prev[i] != "" {
 				ops = append(ops, plainOp{c, i, 2})
 			}
@@ -296,12 +306,10 @@ func (s *Store) runBatch(batch []*takeCall) {
 		}
 	}
 	off := len(calls)
-	for _, c := range batch {
-		if c.plain {
-			m := c.ncmds()
-			c.done <- takeResult{res: res[off : off+m : off+m]}
-			off += m
-		}
+	for pi, c := range plains {
+		m := ncmds[pi]
+		c.done <- takeResult{res: res[off : off+m : off+m]}
+		off += m
 	}
 }
 
@@ -391,6 +399,6 @@ func (s *Store) decodeTake(r *ratelimit.Request, vals []rueidis.RedisMessage) (r
 	if d.Allowed != (ints[0] == 1) {
 		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua decided allowed=%v but ratelimit.Apply %v for %q", ErrBadReply, ints[0] == 1, d.Allowed, r.Key)
 	}
-	s.local.put(r, cs)
+	s.local.put(r, cs, nil)
 	return d, nil
 }

@@ -82,6 +82,8 @@ func (s *Store) takeIncr(ctx context.Context, r *ratelimit.Request) (ratelimit.D
 		}
 		c.prev = append(c.prev, p)
 	}
+	c.expire = append(c.expire[:0], make([]bool, len(cs))...)
+	s.local.mustExpire(r, cs, c.expire)
 	res, answered := s.submit(ctx, c)
 	var d ratelimit.Decision
 	err := res.err
@@ -100,8 +102,8 @@ func (s *Store) decideIncr(ctx context.Context, r *ratelimit.Request, c *takeCal
 	n := len(r.Limits)
 	// Read every reply; a limit whose INCRBY landed is remembered so that
 	// a request that fails half way takes its hits back.
-	var incrBuf [4]bool
-	incremented := incrBuf[:0]
+	var incrBuf, lateBuf [4]bool
+	incremented, late := incrBuf[:0], lateBuf[:0]
 	var failed error
 	j := 0
 	for i := range n {
@@ -111,10 +113,17 @@ func (s *Store) decideIncr(ctx context.Context, r *ratelimit.Request, c *takeCal
 			failed = replyErr("INCRBY "+c.cur[i], err)
 		}
 		cs[i].Cur = v - c.cost
-		if err := res[j+1].Error(); err != nil && failed == nil {
-			failed = replyErr("PEXPIRE "+c.cur[i], err)
+		// A count equal to the cost was created by this INCRBY (or
+		// recreated, after an eviction or a restart): a key this node
+		// thought had its expiry needs it now.
+		late = append(late, err == nil && !c.expire[i] && v == c.cost)
+		j++
+		if c.expire[i] {
+			if err := res[j].Error(); err != nil && failed == nil {
+				failed = replyErr("PEXPIRE "+c.cur[i], err)
+			}
+			j++
 		}
-		j += 2
 		if c.prev[i] != "" {
 			p, err := res[j].AsInt64()
 			if err != nil && !rueidis.IsRedisNil(err) && failed == nil {
@@ -133,6 +142,7 @@ func (s *Store) decideIncr(ctx context.Context, r *ratelimit.Request, c *takeCal
 		}
 		return ratelimit.Decision{}, failed
 	}
+	s.expireLate(ctx, c, late)
 	d := ratelimit.Apply(r, cs)
 	if !d.Allowed {
 		for i := range n {
@@ -140,8 +150,32 @@ func (s *Store) decideIncr(ctx context.Context, r *ratelimit.Request, c *takeCal
 		}
 		s.undo(ctx, c.cur, incremented, c.cost)
 	}
-	s.local.put(r, cs)
+	s.local.put(r, cs, c.expire)
 	return d, nil
+}
+
+// expireLate gives the windows c.cur[i] with late[i] set their time to
+// live, in one pipeline.
+func (s *Store) expireLate(ctx context.Context, c *takeCall, late []bool) {
+	var idxBuf [4]int
+	idx := idxBuf[:0]
+	for i, l := range late {
+		if l {
+			idx = append(idx, i)
+		}
+	}
+	if len(idx) == 0 {
+		return
+	}
+	res, trips := doMulti(ctx, s.rc, len(idx), func(j int) rueidis.Completed {
+		return s.rc.B().Pexpire().Key(c.cur[idx[j]]).Milliseconds(c.ttl[idx[j]]).Build()
+	})
+	s.redisCalls.Add(uint64(trips))
+	for _, r := range res {
+		if r.Error() != nil {
+			s.redisErrors.Add(1)
+		}
+	}
 }
 
 // undo takes cost back from the windows cur[i] with take[i] set, in one

@@ -14,11 +14,11 @@ import (
 	"github.com/seed-008287da/sluice/ratelimit/ratelimittest"
 )
 
-var getCalls = regexp.MustCompile(`cmdstat_mget:calls=(\d+)`)
+var getCalls = regexp.MustCompile(`cmdstat_get:calls=(\d+)`)
 
 // gets returns how many GET commands srv has run.
-// gets counts the counters read from Redis: a pull reads each with one
-// MGET (of its window and the previous one) inside sync.lua.
+// gets counts the GETs Redis ran: a pull reads each fixed-window counter
+// with one GET of its window.
 func gets(t *testing.T, srv *testservers.RedisServer) int {
 	t.Helper()
 	info, _ := srv.Do(t, "INFO", "commandstats").(string)

@@ -45,6 +45,9 @@ type entry struct {
 	pend [2]pend
 	// dirty is set while the counter is on its shard's dirty list.
 	dirty bool
+	// expires is the start of the window whose Redis key this node last
+	// gave its time to live (synchronous mode, incr.go), or 0.
+	expires int64
 }
 
 func newLocal() *local {
@@ -126,7 +129,9 @@ func (e *entry) addPend(start, d int64) {
 }
 
 // put stores counters Redis returned for r's limits (synchronous mode).
-func (l *local) put(r *ratelimit.Request, cs []ratelimit.Counter) {
+// expired, when not nil, flags the windows whose keys were given their
+// time to live with this decision.
+func (l *local) put(r *ratelimit.Request, cs []ratelimit.Counter, expired []bool) {
 	sh := l.shard(r.Key)
 	sh.mu.Lock()
 	for i, lim := range r.Limits {
@@ -137,6 +142,44 @@ func (l *local) put(r *ratelimit.Request, cs []ratelimit.Counter) {
 			sh.m[k] = e
 		}
 		e.lim, e.c = lim, cs[i]
+		if expired != nil && expired[i] {
+			e.expires = cs[i].Start
+		}
+	}
+	sh.mu.Unlock()
+}
+
+// expiredAt returns the start of the window of counter (key, id) whose
+// Redis key this node last gave its time to live, or 0.
+func (l *local) expiredAt(key string, id uint64) int64 {
+	sh := l.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.m[lkey{key, id}]; e != nil {
+		return e.expires
+	}
+	return 0
+}
+
+// markExpired records that this node gave the Redis key of the window
+// starting at start of counter (key, id) its time to live.
+func (l *local) markExpired(key string, id uint64, start int64) {
+	sh := l.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.m[lkey{key, id}]; e != nil && start > e.expires {
+		e.expires = start
+	}
+}
+
+// mustExpire sets need[i] for every limit of r whose window starting at
+// starts[i] this node has not yet given a time to live.
+func (l *local) mustExpire(r *ratelimit.Request, starts []ratelimit.Counter, need []bool) {
+	sh := l.shard(r.Key)
+	sh.mu.Lock()
+	for i, lim := range r.Limits {
+		e := sh.m[lkey{r.Key, lim.CounterID()}]
+		need[i] = e == nil || e.expires != starts[i].Start
 	}
 	sh.mu.Unlock()
 }

@@ -160,3 +160,29 @@ func testWindowKey(s *Store, key string, l ratelimit.Limit, now time.Time) strin
 	ms := now.UnixMilli()
 	return windowKey(s.counterKey(key, l.CounterID()), ms-ms%w)
 }
+
+// Every window key gets a time to live: from the first node that counts
+// in it, and again when a key this node already gave one is created anew
+// (evicted, or lost in a restart) by its INCRBY.
+func TestWindowKeysAlwaysExpire(t *testing.T) {
+	srv, c := standalone(t)
+	for _, opts := range []Options{
+		{Namespace: "ttl-sync", CallerClock: true, ManualSync: true},
+		{Namespace: "ttl-periodic", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond},
+	} {
+		s := newStore(t, c, opts)
+		now := ratelimittest.At(0)
+		r := ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{ratelimit.PerMinute(100)}, Now: now}
+		key := testWindowKey(s, "k", r.Limits[0], now)
+		for i := range 3 {
+			take(t, s, r)
+			if err := s.Sync(context.Background(), now); err != nil {
+				t.Fatal(err)
+			}
+			if ttl, _ := srv.Do(t, "PTTL", key).(int64); ttl <= 3_500_000 {
+				t.Fatalf("%s, call %d: PTTL %s = %d ms, want about an hour", opts.Namespace, i, key, ttl)
+			}
+			srv.Do(t, "DEL", key) // gone: the next INCRBY creates it again
+		}
+	}
+}

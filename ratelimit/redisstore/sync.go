@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/seed-008287da/sluice/ratelimit"
 )
 
@@ -194,7 +195,7 @@ func (s *Store) Sync(ctx context.Context, now time.Time) error {
 //  2. record them in the namespace's journal and learn from it which
 //     counters other nodes pushed since this node's previous cycle
 //     (journal.lua);
-//  3. read those of them this node holds (sync.lua with nothing to push).
+//  3. read those of them this node holds (push with nothing to push).
 //
 // Kong's cycle reads every counter of the namespace (spec §2.7); reading
 // only the counters that changed in Redis gives each node the same totals
@@ -262,56 +263,56 @@ func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 // a few milliseconds at most.
 const maxPushBatch = 256
 
-// push sends items' waiting hits with sync.lua, several counters per call
-// (on Cluster, of one slot), all calls in one pipeline, and merges the
-// totals Redis returns. With members non-nil it appends the journal member
-// of every counter that had hits to push; items with no hits are only
-// read. A counter that fails is reported to fail; the others are merged.
+// push sends items' waiting hits and reads their totals, all in one
+// pipeline, and merges the totals into the local counters. Window counters
+// go as plain commands (an INCRBY per window with hits, a GET per count no
+// INCRBY returned; see incr.go for the layout), token buckets through
+// sync.lua, several per call (on Cluster, of one slot). With members
+// non-nil it appends the journal member of every counter that had hits to
+// push; items with no hits are only read. A counter that fails is reported
+// to fail; the others are merged.
 func (s *Store) push(ctx context.Context, items []syncItem, nowArg string, nowUs int64, members []string, fail func(error)) []string {
-	keys := make([]string, len(items))
-	order := make([]int, len(items))
-	for i := range items {
-		keys[i] = s.counterKey(items[i].key, items[i].id)
-		order[i] = i
+	var buckets []int
+	var wins []winPush
+	nowMs := floorDiv(nowUs, 1000)
+	minTTL := int64(0)
+	if s.opts.CallerClock {
+		minTTL = int64(callerClockTTL / time.Millisecond)
 	}
-	var slots []uint16
-	if s.cluster {
-		slots = make([]uint16, len(items))
-		for i := range keys {
-			slots[i] = slot(keys[i])
+	for k := range items {
+		if items[k].lim.Algorithm == ratelimit.TokenBucket {
+			buckets = append(buckets, k)
+		} else {
+			wins = append(wins, s.planPush(k, &items[k], nowMs, minTTL))
 		}
-		sort.SliceStable(order, func(a, b int) bool { return slots[order[a]] < slots[order[b]] })
 	}
-	// groups[g] holds the indexes (into items) of call g's counters.
-	var calls []call
-	var groups [][]int
-	for i := 0; i < len(order); {
-		j := i + 1
-		for j < len(order) && j-i < maxPushBatch && (slots == nil || slots[order[j]] == slots[order[i]]) {
-			j++
-		}
-		g := order[i:j]
-		c := call{keys: make([]string, 0, len(g)), args: make([]string, 0, 2+6*len(g))}
-		c.args = append(c.args, nowArg, s.minTTL())
-		for _, k := range g {
-			it := &items[k]
-			kind, w := int64(2), int64(0)
-			switch it.lim.Algorithm {
-			case ratelimit.FixedWindow:
-				kind, w = 0, int64(it.lim.Window/time.Millisecond)
-			case ratelimit.SlidingWindow:
-				kind, w = 1, int64(it.lim.Window/time.Millisecond)
-			}
-			c.keys = append(c.keys, keys[k])
-			c.args = append(c.args, itoa(kind), itoa(w), itoa(it.p[0].start), itoa(it.p[0].d), itoa(it.p[1].start), itoa(it.p[1].d))
-		}
-		calls = append(calls, c)
-		groups = append(groups, g)
-		i = j
+	calls, groups := s.bucketCalls(items, buckets, nowArg)
+	var ops []winOp
+	for wi := range wins {
+		ops = wins[wi].appendOps(ops, wi)
 	}
-	res, trips := syncScript.execMulti(ctx, s.rc, calls)
+	res, trips := doMulti(ctx, s.rc, len(calls)+len(ops), func(j int) rueidis.Completed {
+		if j < len(calls) {
+			return syncScript.evalsha(s.rc, calls[j].keys, calls[j].args)
+		}
+		op := ops[j-len(calls)]
+		w := &wins[op.w]
+		switch op.k {
+		case opIncr:
+			return s.rc.B().Incrby().Key(w.hits[op.h].key).Increment(w.hits[op.h].d).Build()
+		case opExpire:
+			return s.rc.B().Pexpire().Key(w.hits[op.h].key).Milliseconds(w.hits[op.h].ttl).Build()
+		case opGetCur:
+			return s.rc.B().Get().Key(w.cur).Build()
+		default:
+			return s.rc.B().Get().Key(w.prev).Build()
+		}
+	})
+	trips += syncScript.rerunNoScript(ctx, s.rc, calls, res[:len(calls)])
 	s.redisCalls.Add(uint64(trips))
-	for ci, r := range res {
+
+	merged := make([]bool, len(items))
+	for ci, r := range res[:len(calls)] {
 		g := groups[ci]
 		vals, err := r.ToArray()
 		if err != nil {
@@ -337,12 +338,237 @@ func (s *Store) push(ctx context.Context, items []syncItem, nowArg string, nowUs
 				continue
 			}
 			s.local.merge(&items[k], ratelimit.Counter{Start: n[0], Cur: n[1], Prev: n[2]}, nowUs)
-			if members != nil {
+			merged[k] = true
+		}
+	}
+	s.mergeWindows(ctx, items, wins, ops, res[len(calls):], nowUs, merged, fail)
+	if members != nil {
+		for k := range items {
+			if merged[k] && items[k].p != ([2]pend{}) {
 				members = append(members, journalMember(items[k].key, items[k].id))
 			}
 		}
 	}
 	return members
+}
+
+// bucketCalls groups the token buckets items[k], k in buckets, into
+// sync.lua calls of at most maxPushBatch counters of one slot.
+func (s *Store) bucketCalls(items []syncItem, buckets []int, nowArg string) ([]call, [][]int) {
+	keys := make(map[int]string, len(buckets))
+	for _, k := range buckets {
+		keys[k] = s.counterKey(items[k].key, items[k].id)
+	}
+	if s.cluster {
+		sort.SliceStable(buckets, func(a, b int) bool { return slot(keys[buckets[a]]) < slot(keys[buckets[b]]) })
+	}
+	var calls []call
+	var groups [][]int
+	for i := 0; i < len(buckets); {
+		j := i + 1
+		for j < len(buckets) && j-i < maxPushBatch && (!s.cluster || slot(keys[buckets[j]]) == slot(keys[buckets[i]])) {
+			j++
+		}
+		g := buckets[i:j]
+		c := call{keys: make([]string, 0, len(g)), args: make([]string, 0, 2+len(g))}
+		c.args = append(c.args, nowArg, s.minTTL())
+		for _, k := range g {
+			it := &items[k]
+			c.keys = append(c.keys, keys[k])
+			c.args = append(c.args, itoa(it.p[0].d))
+		}
+		calls = append(calls, c)
+		groups = append(groups, g)
+		i = j
+	}
+	return calls, groups
+}
+
+// winPush is the plain commands of one window counter of a cycle: an
+// INCRBY (and, once per window and node, a PEXPIRE) per window with hits,
+// then a GET of the current and the previous window's counts that no INCRBY
+// returned.
+type winPush struct {
+	k         int   // index in items
+	s, w      int64 // the window reported (the newest of now's and those pushed) and W
+	cur, prev string
+	hits      [2]winHits
+	nh        int
+	getCur    bool
+	getPrev   bool
+}
+
+type winHits struct {
+	key      string
+	start, d int64
+	ttl      int64
+	expire   bool
+}
+
+type winOpKind uint8
+
+const (
+	opIncr winOpKind = iota
+	opExpire
+	opGetCur
+	opGetPrev
+)
+
+// winOp is one command of a cycle's pipeline: op k of hits h of wins[w].
+type winOp struct {
+	w, h int
+	k    winOpKind
+}
+
+// planPush plans the commands of window counter it. Hits of a window
+// older than the previous one are dropped: they can no longer affect a
+// decision.
+func (s *Store) planPush(k int, it *syncItem, nowMs, minTTL int64) winPush {
+	w := int64(it.lim.Window / time.Millisecond)
+	base := s.counterKey(it.key, it.id)
+	wp := winPush{k: k, w: w, s: nowMs - (nowMs%w+w)%w}
+	for _, p := range it.p {
+		if p.d != 0 && p.start >= wp.s-w {
+			wp.s = max(wp.s, p.start)
+		}
+	}
+	expired := s.local.expiredAt(it.key, it.id)
+	for _, p := range it.p {
+		if p.d == 0 || p.start < wp.s-w {
+			continue
+		}
+		wp.hits[wp.nh] = winHits{key: windowKey(base, p.start), start: p.start, d: p.d, ttl: max(p.start+2*w-nowMs, minTTL, 1), expire: expired != p.start}
+		wp.nh++
+	}
+	wp.cur = windowKey(base, wp.s)
+	wp.getCur = true
+	wp.getPrev = it.lim.Algorithm == ratelimit.SlidingWindow
+	if wp.getPrev {
+		wp.prev = windowKey(base, wp.s-w)
+	}
+	for _, h := range wp.hits[:wp.nh] {
+		switch h.start {
+		case wp.s:
+			wp.getCur = false
+		case wp.s - w:
+			wp.getPrev = false
+		}
+	}
+	return wp
+}
+
+func (wp *winPush) appendOps(ops []winOp, wi int) []winOp {
+	for h := range wp.hits[:wp.nh] {
+		ops = append(ops, winOp{wi, h, opIncr})
+		if wp.hits[h].expire {
+			ops = append(ops, winOp{wi, h, opExpire})
+		}
+	}
+	if wp.getCur {
+		ops = append(ops, winOp{wi, 0, opGetCur})
+	}
+	if wp.getPrev {
+		ops = append(ops, winOp{wi, 0, opGetPrev})
+	}
+	return ops
+}
+
+// mergeWindows reads the results of the window commands ops, merges each
+// counter's totals, and marks merged the counters that succeeded. A
+// counter whose second INCRBY failed takes its first back; windows created
+// by an INCRBY that carried no PEXPIRE are given their time to live.
+func (s *Store) mergeWindows(ctx context.Context, items []syncItem, wins []winPush, ops []winOp, res []rueidis.RedisResult, nowUs int64, merged []bool, fail func(error)) {
+	type wres struct {
+		c, p   int64
+		err    error
+		incred [2]bool
+	}
+	out := make([]wres, len(wins))
+	for j, op := range ops {
+		wp, o := &wins[op.w], &out[op.w]
+		r := res[j]
+		if o.err != nil && op.k != opIncr {
+			continue
+		}
+		switch op.k {
+		case opIncr:
+			n, err := r.AsInt64()
+			if err != nil {
+				if o.err == nil {
+					o.err = replyErr("INCRBY "+wp.hits[op.h].key, err)
+				}
+				continue
+			}
+			o.incred[op.h] = true
+			switch wp.hits[op.h].start {
+			case wp.s:
+				o.c = n
+			case wp.s - wp.w:
+				o.p = n
+			}
+		case opExpire:
+			if err := r.Error(); err != nil {
+				o.err = replyErr("PEXPIRE "+wp.hits[op.h].key, err)
+			}
+		case opGetCur, opGetPrev:
+			key := wp.cur
+			if op.k == opGetPrev {
+				key = wp.prev
+			}
+			n, err := r.AsInt64()
+			if err != nil && !rueidis.IsRedisNil(err) {
+				if v, serr := r.ToString(); serr == nil {
+					err = fmt.Errorf("%w: %s holds %q, not an integer count", ErrBadReply, key, v)
+				}
+				o.err = replyErr("GET "+key, err)
+				continue
+			}
+			if op.k == opGetCur {
+				o.c = n
+			} else {
+				o.p = n
+			}
+		}
+	}
+	var fix []rueidis.Completed
+	for wi := range wins {
+		wp, o := &wins[wi], &out[wi]
+		it := &items[wp.k]
+		if o.err != nil {
+			fail(o.err)
+			for h := range wp.hits[:wp.nh] {
+				if o.incred[h] && !isUnavailable(o.err) {
+					fix = append(fix, s.rc.B().Decrby().Key(wp.hits[h].key).Decrement(wp.hits[h].d).Build())
+				}
+			}
+			continue
+		}
+		var expired int64
+		for _, hit := range wp.hits[:wp.nh] {
+			if hit.expire {
+				expired = max(expired, hit.start)
+			} else if (hit.start == wp.s && o.c == hit.d) || (hit.start == wp.s-wp.w && o.p == hit.d) {
+				fix = append(fix, s.rc.B().Pexpire().Key(hit.key).Milliseconds(hit.ttl).Build())
+			}
+		}
+		p := o.p
+		if it.lim.Algorithm == ratelimit.FixedWindow {
+			p = 0
+		}
+		s.local.merge(it, ratelimit.Counter{Start: wp.s, Cur: o.c, Prev: p}, nowUs)
+		if expired != 0 {
+			s.local.markExpired(it.key, it.id, expired)
+		}
+		merged[wp.k] = true
+	}
+	if len(fix) > 0 {
+		for _, r := range s.rc.DoMulti(ctx, fix...) {
+			if r.Error() != nil {
+				s.redisErrors.Add(1)
+			}
+		}
+		s.redisCalls.Add(1)
+	}
 }
 
 // fullPullEvery is how often a periodic cycle reads every counter the node
