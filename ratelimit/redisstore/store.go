@@ -1,12 +1,16 @@
 // Package redisstore is a ratelimit.Store that shares counters between
 // nodes through Redis (standalone, Sentinel or Cluster).
 //
-// Every decision is atomic on the server: an embedded Lua script checks all
-// limits of one key in one round trip, with the integer math of
-// ratelimit.Apply. Concurrent decisions are batched into one script call
-// (per Cluster slot) and the calls share a few connections through
-// rueidis' automatic pipelining, so one Redis shard is not held to one
-// script call per request.
+// Every window count is one integer key per window, changed with INCRBY:
+// a request of window limits is decided with a few pipelined plain
+// commands (see incr.go), exactly (a call is admitted only if its own
+// INCRBY left the count within the limit). Token buckets are decided
+// atomically by an embedded Lua script, all limits of one key in one
+// round trip, with the integer math of ratelimit.Apply. Concurrent
+// decisions are batched into one pipeline (one script call per Cluster
+// slot) and share a few connections through rueidis' automatic
+// pipelining, so one Redis shard is not held to one script call or one
+// socket write per request.
 //
 // A Store is one namespace over a shared Client:
 //
@@ -80,10 +84,13 @@ type Options struct {
 	ManualSync bool
 
 	// CallerClock decides with Request.Now (and LeaseRequest.Now) instead
-	// of Redis' TIME. The default, Redis' clock, gives every node one clock;
-	// the caller's clock makes decisions reproducible in tests. Redis still
-	// expires keys by its own clock, so with CallerClock every key is kept
-	// at least an hour of real time.
+	// of Redis' TIME in the scripts (token buckets, leases). By default the
+	// scripts read Redis' clock, one clock for every node, while window
+	// limits always take their window from the decision's time (Request.Now,
+	// or the node's clock when it is zero), as Kong does. The caller's clock
+	// makes decisions reproducible in tests. Redis still expires keys by its
+	// own clock, so with CallerClock every key is kept at least an hour of
+	// real time.
 	CallerClock bool
 
 	// KongLayout keeps window counters in Kong's Redis layout (one hash per
@@ -324,8 +331,8 @@ func mulSat(a, b uint64) uint64 {
 // (ErrBadReply). A Redis that does not answer is not an error: the
 // decision is then made on local counters.
 //
-// With CallerClock unset and a synchronous sync rate, r.Now is ignored and
-// the decision uses Redis' clock.
+// With CallerClock unset and a synchronous sync rate, a request holding a
+// token bucket is decided on Redis' clock, not r.Now.
 func (s *Store) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
 	if s.closed.Load() {
 		return ratelimit.Decision{}, ratelimit.ErrClosed
