@@ -41,12 +41,14 @@ func (s *Store) loop() {
 // namespace, so it may take longer than one decision's call.
 func (s *Store) cycleTimeout() time.Duration { return max(s.opts.Timeout, time.Second) }
 
-// syncItem is one counter of a sync cycle.
+// syncItem is one counter of a sync cycle: its waiting hits, and the
+// window (or TAT) of the node's last decision on it.
 type syncItem struct {
-	key string
-	id  uint64
-	lim ratelimit.Limit
-	p   [2]pend
+	key   string
+	id    uint64
+	lim   ratelimit.Limit
+	p     [2]pend
+	start int64
 }
 
 // snapshot drops expired counters, takes the hits waiting to be pushed and
@@ -58,7 +60,7 @@ func (l *local) snapshot(now time.Time) []syncItem {
 		sh := &l.shards[i]
 		sh.mu.Lock()
 		sh.liveCounters(ns, func(k lkey, e *entry) {
-			out = append(out, syncItem{key: k.key, id: k.id, lim: e.lim, p: e.pend})
+			out = append(out, syncItem{key: k.key, id: k.id, lim: e.lim, p: e.pend, start: e.c.Start})
 			e.pend, e.dirty = [2]pend{}, false
 		})
 		clear(sh.dirty)
@@ -77,7 +79,7 @@ func (l *local) takeDirty() []syncItem {
 		sh.mu.Lock()
 		for _, k := range sh.dirty {
 			if e := sh.m[k]; e != nil && e.dirty {
-				out = append(out, syncItem{key: k.key, id: k.id, lim: e.lim, p: e.pend})
+				out = append(out, syncItem{key: k.key, id: k.id, lim: e.lim, p: e.pend, start: e.c.Start})
 				e.pend, e.dirty = [2]pend{}, false
 			}
 		}
@@ -97,7 +99,7 @@ func (l *local) live(now time.Time) []syncItem {
 		sh := &l.shards[i]
 		sh.mu.Lock()
 		sh.liveCounters(ns, func(k lkey, e *entry) {
-			out = append(out, syncItem{key: k.key, id: k.id, lim: e.lim})
+			out = append(out, syncItem{key: k.key, id: k.id, lim: e.lim, start: e.c.Start})
 		})
 		sh.mu.Unlock()
 	}
@@ -113,7 +115,7 @@ func (l *local) holds(k lkey) (syncItem, bool) {
 	if e == nil {
 		return syncItem{}, false
 	}
-	return syncItem{key: k.key, id: k.id, lim: e.lim}, true
+	return syncItem{key: k.key, id: k.id, lim: e.lim, start: e.c.Start}, true
 }
 
 // merge replaces a local counter with the total Redis returned and adds
@@ -420,15 +422,20 @@ type winOp struct {
 	k    winOpKind
 }
 
-// planPush plans the commands of window counter it. Hits of a window
-// older than the previous one are dropped: they can no longer affect a
-// decision.
+// planPush plans the commands of window counter it. The window read is
+// the newest of the node's last decision's, the hits' and, on the node's
+// clock, the cycle's (with CallerClock the cycle's time need not be on the
+// callers' timeline). Hits of a window older than the one before it are
+// dropped: they can no longer affect a decision.
 func (s *Store) planPush(k int, it *syncItem, nowMs, minTTL int64) winPush {
 	w := int64(it.lim.Window / time.Millisecond)
 	base := s.counterKey(it.key, it.id)
-	wp := winPush{k: k, w: w, s: nowMs - (nowMs%w+w)%w}
+	wp := winPush{k: k, w: w, s: it.start}
+	if !s.opts.CallerClock || wp.s == 0 {
+		wp.s = max(wp.s, nowMs-(nowMs%w+w)%w)
+	}
 	for _, p := range it.p {
-		if p.d != 0 && p.start >= wp.s-w {
+		if p.d != 0 {
 			wp.s = max(wp.s, p.start)
 		}
 	}
