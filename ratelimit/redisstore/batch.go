@@ -35,18 +35,21 @@ type takeCall struct {
 	slot   uint16
 	now    time.Time
 
-	// Plain commands (incr.go): per limit the key of the window of now,
+	// Plain commands (incr.go): per counter the key of the window of now,
 	// its time to live in ms, whether to send it (PEXPIRE), and the
-	// previous window's key ("" for a fixed window).
+	// previous window's key ("" when no limit is sliding); of maps each
+	// limit to its counter (limits of one window share one).
 	plain     bool
 	cost      int64
 	cur, prev []string
 	ttl       []int64
 	expire    []bool
+	of        []int
 	curBuf    [4]string
 	prevBuf   [4]string
 	ttlBuf    [4]int64
 	expireBuf [4]bool
+	ofBuf     [4]int
 
 	done chan takeResult // buffered: a batcher never blocks on it
 }
@@ -59,7 +62,7 @@ var callPool = sync.Pool{New: func() any { return &takeCall{done: make(chan take
 // newCall returns a cleared call from the pool.
 func newCall() *takeCall {
 	c := callPool.Get().(*takeCall)
-	c.cur, c.prev, c.ttl, c.expire = c.curBuf[:0], c.prevBuf[:0], c.ttlBuf[:0], c.expireBuf[:0]
+	c.cur, c.prev, c.ttl, c.expire, c.of = c.curBuf[:0], c.prevBuf[:0], c.ttlBuf[:0], c.expireBuf[:0], c.ofBuf[:0]
 	return c
 }
 
@@ -71,14 +74,22 @@ func free(c *takeCall) {
 
 // ncmds returns the number of plain commands of c.
 func (c *takeCall) ncmds() int {
-	n := len(c.cur)
-	for i := range c.cur {
-		if c.expire[i] {
-			n++
-		}
-		if c.prev[i] != "" {
-			n++
-		}
+	n := 0
+	for u := range c.cur {
+		n += c.cmdsOf(u)
+	}
+	return n
+}
+
+// cmdsOf returns the number of plain commands of counter u of c: INCRBY,
+// then PEXPIRE and GET when sent.
+func (c *takeCall) cmdsOf(u int) int {
+	n := 1
+	if c.expire[u] {
+		n++
+	}
+	if c.prev[u] != "" {
+		n++
 	}
 	return n
 }
@@ -119,10 +130,10 @@ func (s *Store) submit(ctx context.Context, c *takeCall) (res takeResult, answer
 	case res := <-c.done:
 		return res, true
 	case <-ctx.Done():
-		// The caller's own deadline; the batch is bounded by Timeout.
-		err := fmt.Errorf("redisstore: waiting for a decision: %w", ctx.Err())
-		s.record(c.now, err)
-		return takeResult{err: err}, false
+		// The caller's own deadline, which says nothing of Redis: the
+		// batch, bounded by Timeout, reports its own outcome to the
+		// breaker.
+		return takeResult{err: fmt.Errorf("redisstore: waiting for a decision: %w", ctx.Err())}, false
 	case <-s.stop:
 		return takeResult{err: ratelimit.ErrClosed}, false
 	}
@@ -399,6 +410,6 @@ func (s *Store) decodeTake(r *ratelimit.Request, vals []rueidis.RedisMessage) (r
 	if d.Allowed != (ints[0] == 1) {
 		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua decided allowed=%v but ratelimit.Apply %v for %q", ErrBadReply, ints[0] == 1, d.Allowed, r.Key)
 	}
-	s.local.put(r, cs, nil)
+	s.local.put(r, cs, nil, nil)
 	return d, nil
 }

@@ -56,8 +56,15 @@ func windowKey(base string, startMs int64) string {
 	return string(b)
 }
 
+// windowSlack is how much longer than its two windows a window key lives:
+// nodes send PEXPIRE from their own clocks, and a node whose clock runs
+// ahead must not expire a previous window that the others still read.
+const windowSlack = time.Second
+
 // takeIncr decides r, whose limits are all windows, with plain commands,
-// in a batch with other concurrent decisions.
+// in a batch with other concurrent decisions. Limits that share a counter
+// (a fixed and a sliding limit of one window, as in Kong) share its keys
+// and are counted once, as in every other store.
 func (s *Store) takeIncr(ctx context.Context, r *ratelimit.Request) (ratelimit.Decision, error) {
 	nowMs := floorDiv(r.Now.UnixNano(), int64(time.Millisecond))
 	minTTL := int64(0)
@@ -72,96 +79,158 @@ func (s *Store) takeIncr(ctx context.Context, r *ratelimit.Request) (ratelimit.D
 		l := &r.Limits[i]
 		w := int64(l.Window / time.Millisecond)
 		start := nowMs - (nowMs%w+w)%w
-		base := s.counterKey(r.Key, l.CounterID())
 		cs = append(cs, ratelimit.Counter{Start: start})
-		c.cur = append(c.cur, windowKey(base, start))
-		c.ttl = append(c.ttl, max(start+2*w-nowMs, minTTL, 1))
-		p := ""
-		if l.Algorithm == ratelimit.SlidingWindow {
-			p = windowKey(base, start-w)
+		u := sharedCounter(r.Limits[:i], l.CounterID())
+		if u < 0 {
+			u = len(c.cur)
+			base := s.counterKey(r.Key, l.CounterID())
+			c.cur = append(c.cur, windowKey(base, start))
+			c.ttl = append(c.ttl, max(start+2*w-nowMs+windowSlack.Milliseconds(), minTTL, 1))
+			c.prev = append(c.prev, "")
+		} else {
+			u = c.of[u]
 		}
-		c.prev = append(c.prev, p)
+		if l.Algorithm == ratelimit.SlidingWindow && c.prev[u] == "" {
+			c.prev[u] = windowKey(s.counterKey(r.Key, l.CounterID()), start-w)
+		}
+		c.of = append(c.of, u)
 	}
-	c.expire = append(c.expire[:0], make([]bool, len(cs))...)
-	s.local.mustExpire(r, cs, c.expire)
+	c.expire = append(c.expire[:0], make([]bool, len(c.cur))...)
+	s.local.mustExpire(r, c.of, cs, c.expire)
 	res, answered := s.submit(ctx, c)
+	if !answered {
+		if ctx.Err() != nil {
+			// The batcher still runs c's INCRBYs: they must be taken
+			// back, since no decision will.
+			go s.abandon(c)
+		}
+		return ratelimit.Decision{}, res.err
+	}
 	var d ratelimit.Decision
 	err := res.err
 	if err == nil {
 		d, err = s.decideIncr(ctx, r, c, cs, res.res)
 	}
-	if answered {
-		free(c)
-	}
+	free(c)
 	return d, err
 }
 
-// decideIncr decides r from the results of c's commands: INCRBY, PEXPIRE
-// and (sliding) GET per limit. cs holds the window starts.
+// sharedCounter returns the index in ls of the limit using counter id,
+// or -1.
+func sharedCounter(ls []ratelimit.Limit, id uint64) int {
+	for j := range ls {
+		if ls[j].CounterID() == id {
+			return j
+		}
+	}
+	return -1
+}
+
+// abandon waits for the answer to c, whose caller gave up, and takes back
+// the hits its INCRBYs added.
+func (s *Store) abandon(c *takeCall) {
+	var res takeResult
+	select {
+	case res = <-c.done:
+	case <-s.stop:
+		return
+	}
+	if res.err != nil {
+		return
+	}
+	var takeBuf [4]bool
+	take := takeBuf[:0]
+	j := 0
+	for u := range c.cur {
+		_, err := res.res[j].AsInt64()
+		take = append(take, err == nil)
+		j += c.cmdsOf(u)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+	defer cancel()
+	s.undo(ctx, c, take)
+	free(c)
+}
+
+// decideIncr decides r from the results of c's commands. cs holds the
+// window starts.
 func (s *Store) decideIncr(ctx context.Context, r *ratelimit.Request, c *takeCall, cs []ratelimit.Counter, res []rueidis.RedisResult) (ratelimit.Decision, error) {
-	n := len(r.Limits)
-	// Read every reply; a limit whose INCRBY landed is remembered so that
-	// a request that fails half way takes its hits back.
+	// Read every reply; a counter whose INCRBY landed is remembered so
+	// that a request that fails half way takes its hits back.
+	var curBuf, prevBuf [4]int64
 	var incrBuf, lateBuf [4]bool
+	curs, prevs := curBuf[:0], prevBuf[:0]
 	incremented, late := incrBuf[:0], lateBuf[:0]
 	var failed error
 	j := 0
-	for i := range n {
+	for u := range c.cur {
 		v, err := res[j].AsInt64()
 		incremented = append(incremented, err == nil)
 		if err != nil && failed == nil {
-			failed = replyErr("INCRBY "+c.cur[i], err)
+			failed = replyErr("INCRBY "+c.cur[u], err)
 		}
-		cs[i].Cur = v - c.cost
-		// A count equal to the cost was created by this INCRBY (or
-		// recreated, after an eviction or a restart): a key this node
-		// thought had its expiry needs it now.
-		late = append(late, err == nil && !c.expire[i] && v == c.cost)
+		// A count at most the cost was created by this INCRBY (or
+		// recreated, after an eviction or a restart, possibly by a
+		// DECRBY): a key this node thought had its expiry needs it now.
+		late = append(late, err == nil && !c.expire[u] && v <= c.cost)
+		// A count below zero (a take-back that landed after its key
+		// vanished) counts as zero.
+		curs = append(curs, max(v-c.cost, 0))
 		j++
-		if c.expire[i] {
+		if c.expire[u] {
 			if err := res[j].Error(); err != nil && failed == nil {
-				failed = replyErr("PEXPIRE "+c.cur[i], err)
+				failed = replyErr("PEXPIRE "+c.cur[u], err)
 			}
 			j++
 		}
-		if c.prev[i] != "" {
-			p, err := res[j].AsInt64()
+		var p int64
+		if c.prev[u] != "" {
+			var err error
+			p, err = res[j].AsInt64()
 			if err != nil && !rueidis.IsRedisNil(err) && failed == nil {
 				if v, serr := res[j].ToString(); serr == nil {
-					err = fmt.Errorf("%w: %s holds %q, not an integer count", ErrBadReply, c.prev[i], v)
+					err = fmt.Errorf("%w: %s holds %q, not an integer count", ErrBadReply, c.prev[u], v)
 				}
-				failed = replyErr("GET "+c.prev[i], err)
+				failed = replyErr("GET "+c.prev[u], err)
 			}
-			cs[i].Prev = p
 			j++
 		}
+		prevs = append(prevs, max(p, 0))
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
+	defer cancel()
 	if failed != nil {
 		if !isUnavailable(failed) {
-			s.undo(ctx, c.cur, incremented, c.cost)
+			s.undo(ctx, c, incremented)
 		}
 		return ratelimit.Decision{}, failed
 	}
 	s.expireLate(ctx, c, late)
+	for i := range cs {
+		cs[i].Cur, cs[i].Prev = curs[c.of[i]], prevs[c.of[i]]
+	}
 	d := ratelimit.Apply(r, cs)
 	if !d.Allowed {
-		for i := range n {
-			incremented[i] = !d.State(i).Counted
+		// A counter shared by several limits keeps the cost when the last
+		// of them counted it, as a store writing each limit's counter in
+		// turn would.
+		for i := range cs {
+			incremented[c.of[i]] = !d.State(i).Counted
 		}
-		s.undo(ctx, c.cur, incremented, c.cost)
+		s.undo(ctx, c, incremented)
 	}
-	s.local.put(r, cs, c.expire)
+	s.local.put(r, cs, c.of, c.expire)
 	return d, nil
 }
 
-// expireLate gives the windows c.cur[i] with late[i] set their time to
+// expireLate gives the windows c.cur[u] with late[u] set their time to
 // live, in one pipeline.
 func (s *Store) expireLate(ctx context.Context, c *takeCall, late []bool) {
 	var idxBuf [4]int
 	idx := idxBuf[:0]
-	for i, l := range late {
+	for u, l := range late {
 		if l {
-			idx = append(idx, i)
+			idx = append(idx, u)
 		}
 	}
 	if len(idx) == 0 {
@@ -178,22 +247,28 @@ func (s *Store) expireLate(ctx context.Context, c *takeCall, late []bool) {
 	}
 }
 
-// undo takes cost back from the windows cur[i] with take[i] set, in one
-// pipeline. A failure leaves those counts one call too high until their
-// window ends, which can only deny early; it is counted, not returned.
-func (s *Store) undo(ctx context.Context, cur []string, take []bool, cost int64) {
+// undo takes c's cost back from the windows c.cur[u] with take[u] set, in
+// one pipeline, each with its PEXPIRE: should the key have vanished since
+// the INCRBY, the DECRBY creates it again and it must still expire. A
+// failure leaves those counts one call too high until their window ends,
+// which can only deny early; it is counted, not returned.
+func (s *Store) undo(ctx context.Context, c *takeCall, take []bool) {
 	var idxBuf [4]int
 	idx := idxBuf[:0]
-	for i, t := range take {
+	for u, t := range take {
 		if t {
-			idx = append(idx, i)
+			idx = append(idx, u)
 		}
 	}
 	if len(idx) == 0 {
 		return
 	}
-	res, trips := doMulti(ctx, s.rc, len(idx), func(j int) rueidis.Completed {
-		return s.rc.B().Decrby().Key(cur[idx[j]]).Decrement(cost).Build()
+	res, trips := doMulti(ctx, s.rc, 2*len(idx), func(j int) rueidis.Completed {
+		u := idx[j/2]
+		if j%2 == 0 {
+			return s.rc.B().Decrby().Key(c.cur[u]).Decrement(c.cost).Build()
+		}
+		return s.rc.B().Pexpire().Key(c.cur[u]).Milliseconds(c.ttl[u]).Build()
 	})
 	s.redisCalls.Add(uint64(trips))
 	for _, r := range res {

@@ -129,9 +129,10 @@ func (e *entry) addPend(start, d int64) {
 }
 
 // put stores counters Redis returned for r's limits (synchronous mode).
-// expired, when not nil, flags the windows whose keys were given their
-// time to live with this decision.
-func (l *local) put(r *ratelimit.Request, cs []ratelimit.Counter, expired []bool) {
+// expired, when not nil, flags by counter (of maps limits to counters, as
+// in takeCall) the windows whose keys were given their time to live with
+// this decision.
+func (l *local) put(r *ratelimit.Request, cs []ratelimit.Counter, of []int, expired []bool) {
 	sh := l.shard(r.Key)
 	sh.mu.Lock()
 	for i, lim := range r.Limits {
@@ -142,7 +143,7 @@ func (l *local) put(r *ratelimit.Request, cs []ratelimit.Counter, expired []bool
 			sh.m[k] = e
 		}
 		e.lim, e.c = lim, cs[i]
-		if expired != nil && expired[i] {
+		if expired != nil && expired[of[i]] {
 			e.expires = cs[i].Start
 		}
 	}
@@ -172,14 +173,15 @@ func (l *local) markExpired(key string, id uint64, start int64) {
 	}
 }
 
-// mustExpire sets need[i] for every limit of r whose window starting at
-// starts[i] this node has not yet given a time to live.
-func (l *local) mustExpire(r *ratelimit.Request, starts []ratelimit.Counter, need []bool) {
+// mustExpire sets need[of[i]] for every limit i of r whose window starting
+// at starts[i] this node has not yet given a time to live.
+func (l *local) mustExpire(r *ratelimit.Request, of []int, starts []ratelimit.Counter, need []bool) {
 	sh := l.shard(r.Key)
 	sh.mu.Lock()
 	for i, lim := range r.Limits {
-		e := sh.m[lkey{r.Key, lim.CounterID()}]
-		need[i] = e == nil || e.expires != starts[i].Start
+		if e := sh.m[lkey{r.Key, lim.CounterID()}]; e == nil || e.expires != starts[i].Start {
+			need[of[i]] = true
+		}
 	}
 	sh.mu.Unlock()
 }

@@ -2,8 +2,10 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -183,6 +185,74 @@ func TestWindowKeysAlwaysExpire(t *testing.T) {
 				t.Fatalf("%s, call %d: PTTL %s = %d ms, want about an hour", opts.Namespace, i, key, ttl)
 			}
 			srv.Do(t, "DEL", key) // gone: the next INCRBY creates it again
+		}
+	}
+}
+
+// A fixed and a sliding limit of one window share one counter, as in Kong
+// and in every other store: a call is counted once, whichever path
+// decides it.
+func TestLimitsOfOneWindowShareACounter(t *testing.T) {
+	srv, c := standalone(t)
+	for _, script := range []bool{false, true} {
+		s := newStore(t, c, Options{Namespace: "shared-" + strconv.FormatBool(script), CallerClock: true, ManualSync: true})
+		s.scriptWindows = script
+		now := ratelimittest.At(0)
+		r := ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{ratelimit.PerMinute(5).Fixed(), ratelimit.PerMinute(5).Sliding()}, Now: now}
+		for i := range 5 {
+			if d := take(t, s, r); !d.Allowed {
+				t.Fatalf("script=%v: call %d denied under the limit", script, i)
+			}
+		}
+		if d := take(t, s, r); d.Allowed {
+			t.Fatalf("script=%v: sixth call allowed", script)
+		}
+		if got := srv.Do(t, "GET", testWindowKey(s, "k", r.Limits[0], now)); got != "5" {
+			t.Fatalf("script=%v: shared count %v, want 5", script, got)
+		}
+	}
+}
+
+// take.lua reports a foreign value under a window key it was to count in,
+// naming the key, and leaves it as it was.
+func TestScriptLeavesAForeignWindowKey(t *testing.T) {
+	srv, c := standalone(t)
+	s := newStore(t, c, Options{Namespace: "foreign", CallerClock: true, ManualSync: true})
+	now := ratelimittest.At(0)
+	lim := []ratelimit.Limit{ratelimit.PerMinute(5), ratelimit.PerMinute(5).TokenBucket(5)}
+	key := testWindowKey(s, "k", lim[0], now)
+	srv.Do(t, "HSET", key, "f", "v")
+	_, err := s.Take(context.Background(), ratelimit.Request{Key: "k", Limits: lim, Now: now})
+	if !errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), key) || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("Take over a hash: %v, want ErrBadReply naming WRONGTYPE and %s", err, key)
+	}
+	if typ, _ := srv.Do(t, "TYPE", key).(string); typ != "hash" {
+		t.Fatalf("the foreign key became a %s", typ)
+	}
+	if n := srv.Do(t, "EXISTS", s.counterKey("k", lim[1].CounterID())); n != int64(0) {
+		t.Fatal("the failed request's bucket was written")
+	}
+}
+
+// A count below zero, which a take-back leaves when it lands after its key
+// vanished, counts as zero and still gets a time to live.
+func TestNegativeCountsCountAsZero(t *testing.T) {
+	srv, c := standalone(t)
+	for _, script := range []bool{false, true} {
+		s := newStore(t, c, Options{Namespace: "negative-" + strconv.FormatBool(script), CallerClock: true, ManualSync: true})
+		s.scriptWindows = script
+		now := ratelimittest.At(time.Minute)
+		r := ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{ratelimit.PerMinute(3).Sliding()}, Now: now}
+		take(t, s, r) // this node has given the window its expiry
+		cur := testWindowKey(s, "k", r.Limits[0], now)
+		srv.Do(t, "SET", testWindowKey(s, "k", r.Limits[0], now.Add(-time.Minute)), "-7")
+		srv.Do(t, "SET", cur, "-2") // no time to live, as DECRBY makes it
+		d := take(t, s, r)
+		if !d.Allowed || d.State(0).Remaining != 2 {
+			t.Fatalf("script=%v: allowed=%v remaining %d, want allowed with 2 left (negative counts are zero)", script, d.Allowed, d.State(0).Remaining)
+		}
+		if ttl, _ := srv.Do(t, "PTTL", cur).(int64); ttl <= 0 {
+			t.Fatalf("script=%v: PTTL %d: a recreated window key was left without an expiry", script, ttl)
 		}
 	}
 }

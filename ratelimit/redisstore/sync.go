@@ -444,7 +444,7 @@ func (s *Store) planPush(k int, it *syncItem, nowMs, minTTL int64) winPush {
 		if p.d == 0 || p.start < wp.s-w {
 			continue
 		}
-		wp.hits[wp.nh] = winHits{key: windowKey(base, p.start), start: p.start, d: p.d, ttl: max(p.start+2*w-nowMs, minTTL, 1), expire: expired != p.start}
+		wp.hits[wp.nh] = winHits{key: windowKey(base, p.start), start: p.start, d: p.d, ttl: max(p.start+2*w-nowMs+windowSlack.Milliseconds(), minTTL, 1), expire: expired != p.start}
 		wp.nh++
 	}
 	wp.cur = windowKey(base, wp.s)
@@ -545,7 +545,9 @@ func (s *Store) mergeWindows(ctx context.Context, items []syncItem, wins []winPu
 			fail(o.err)
 			for h := range wp.hits[:wp.nh] {
 				if o.incred[h] && !isUnavailable(o.err) {
-					fix = append(fix, s.rc.B().Decrby().Key(wp.hits[h].key).Decrement(wp.hits[h].d).Build())
+					hit := &wp.hits[h]
+					fix = append(fix, s.rc.B().Decrby().Key(hit.key).Decrement(hit.d).Build(),
+						s.rc.B().Pexpire().Key(hit.key).Milliseconds(hit.ttl).Build())
 				}
 			}
 			continue
@@ -554,15 +556,19 @@ func (s *Store) mergeWindows(ctx context.Context, items []syncItem, wins []winPu
 		for _, hit := range wp.hits[:wp.nh] {
 			if hit.expire {
 				expired = max(expired, hit.start)
-			} else if (hit.start == wp.s && o.c == hit.d) || (hit.start == wp.s-wp.w && o.p == hit.d) {
+			} else if (hit.start == wp.s && o.c <= hit.d) || (hit.start == wp.s-wp.w && o.p <= hit.d) {
+				// Created (or recreated) by this INCRBY after this node
+				// had given the window its expiry.
 				fix = append(fix, s.rc.B().Pexpire().Key(hit.key).Milliseconds(hit.ttl).Build())
 			}
 		}
-		p := o.p
+		// A count below zero (a take-back that landed after its key
+		// vanished) counts as zero.
+		c, p := max(o.c, 0), max(o.p, 0)
 		if it.lim.Algorithm == ratelimit.FixedWindow {
 			p = 0
 		}
-		s.local.merge(it, ratelimit.Counter{Start: wp.s, Cur: o.c, Prev: p}, nowUs)
+		s.local.merge(it, ratelimit.Counter{Start: wp.s, Cur: c, Prev: p}, nowUs)
 		if expired != 0 {
 			s.local.markExpired(it.key, it.id, expired)
 		}

@@ -137,16 +137,23 @@ for from = 1, #GET, 1000 do -- unpack is bounded by the Lua stack
   for i = 1, #part do
     local key, v = GET[from + i - 1], part[i]
     if v then
-      V[key] = tonumber(v) or ('sluice: ' .. key .. ' holds ' .. v .. ', not an integer count')
+      if string.find(v, '^%-?%d+$') then
+        V[key] = tonumber(v)
+      else
+        V[key] = 'sluice: ' .. key .. ' holds ' .. v .. ', not an integer count'
+      end
     else
       V[key], ABSENT[key] = 0, true
     end
   end
 end
 
+-- read returns a count (or TAT) as the decision uses it: a count below
+-- zero (a take-back that landed after its key vanished) counts as zero.
 local function read(key)
   local v = V[key]
   if type(v) == 'string' then error(v) end
+  if v < 0 then return 0 end
   return v
 end
 
@@ -170,14 +177,19 @@ local function remember(key)
   UK[nundo], UV[nundo], UA[nundo] = key, V[key], ABSENT[key]
 end
 
--- incr adds d to a window count, setting its expiry when it creates the key.
+-- incr adds d to a window count, setting its expiry when it creates the
+-- key, or finds it at or below zero (left by a take-back that landed after
+-- the key vanished, with no expiry). A key MGET read as absent may hold
+-- another type: INCRBY then fails, changing nothing, and the error names
+-- the key.
 local function incr(key, d, ttl)
+  local n = redis.pcall('INCRBY', key, d)
+  if type(n) == 'table' then error('sluice: INCRBY ' .. key .. ': ' .. tostring(n.err)) end
   remember(key)
-  V[key] = redis.call('INCRBY', key, d)
-  if ABSENT[key] then
+  if ABSENT[key] or n <= d then
     redis.call('PEXPIRE', key, string.format('%d', ttl))
-    ABSENT[key] = nil
   end
+  V[key], ABSENT[key] = n, nil
 end
 
 -- settat stores a bucket's TAT. SET would replace a value of another type
@@ -205,8 +217,9 @@ local function undo()
   nundo = 0
 end
 
--- Per-limit state of the request being decided, reused by every request.
-local LC, LP, LADD = {}, {}, {}
+-- Per-limit state of the request being decided, reused by every request;
+-- WR[key] is the last request that wrote key.
+local LADD, WR = {}, {}
 local reply = {}
 local nreply = 0
 
@@ -257,19 +270,27 @@ local function decide(r, k, h)
   end
   if denied then reply[base + 1] = 0 end
 
+  -- Limits of one window share a counter (Kong's windows do): it is
+  -- written once, as the last of them has it.
   nundo = 0
-  for i = 1, n do
+  for i = n, 1, -1 do
+    local x = k + i - 1
+    if WR[CUR[x]] == r then
+      LADD[i] = false
+    else
+      WR[CUR[x]] = r
+    end
     if LADD[i] then
-      local x = k + i - 1
       local l = l0 + 4 * (i - 1)
       local kind = LIM[l]
       if kind == 2 then
         if not denied then
-          local tat = math.max(V[CUR[x]], now_us) + LIM[l + 3]
+          local tat = math.max(read(CUR[x]), now_us) + LIM[l + 3]
           settat(CUR[x], tat, math.max(math.ceil((tat - now_us) / 1000) + 1, min_ttl, 1))
         end
       elseif not denied or penalty then
-        incr(CUR[x], cost, math.max(START[x] + 2 * LIM[l + 2] - now_ms, min_ttl, 1))
+        -- Two windows, and the slack of Go's windowSlack (incr.go).
+        incr(CUR[x], cost, math.max(START[x] + 2 * LIM[l + 2] + 1000 - now_ms, min_ttl, 1))
       end
     end
   end
