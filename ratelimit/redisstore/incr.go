@@ -61,6 +61,24 @@ func windowKey(base string, startMs int64) string {
 // ahead must not expire a previous window that the others still read.
 const windowSlack = time.Second
 
+// windowKeys returns the keys of the window of counter (key, id) starting
+// at start and, when prev is set, of the window before it, built in one
+// allocation.
+func (s *Store) windowKeys(key string, id uint64, start, w int64, prev bool) (string, string) {
+	var buf [160]byte
+	b := s.appendCounterKey(buf[:0], key, id)
+	n := len(b)
+	b = strconv.AppendInt(append(b, ':'), start, 10)
+	if !prev {
+		return string(b), ""
+	}
+	cur := len(b)
+	b = append(b, b[:n]...)
+	b = strconv.AppendInt(append(b, ':'), start-w, 10)
+	both := string(b)
+	return both[:cur], both[cur:]
+}
+
 // takeIncr decides r, whose limits are all windows, with plain commands,
 // in a batch with other concurrent decisions. Limits that share a counter
 // (a fixed and a sliding limit of one window, as in Kong) share its keys
@@ -81,17 +99,18 @@ func (s *Store) takeIncr(ctx context.Context, r *ratelimit.Request) (ratelimit.D
 		start := nowMs - (nowMs%w+w)%w
 		cs = append(cs, ratelimit.Counter{Start: start})
 		u := sharedCounter(r.Limits[:i], l.CounterID())
+		sliding := l.Algorithm == ratelimit.SlidingWindow
 		if u < 0 {
 			u = len(c.cur)
-			base := s.counterKey(r.Key, l.CounterID())
-			c.cur = append(c.cur, windowKey(base, start))
+			cur, prev := s.windowKeys(r.Key, l.CounterID(), start, w, sliding)
+			c.cur = append(c.cur, cur)
 			c.ttl = append(c.ttl, max(start+2*w-nowMs+windowSlack.Milliseconds(), minTTL, 1))
-			c.prev = append(c.prev, "")
+			c.prev = append(c.prev, prev)
 		} else {
 			u = c.of[u]
-		}
-		if l.Algorithm == ratelimit.SlidingWindow && c.prev[u] == "" {
-			c.prev[u] = windowKey(s.counterKey(r.Key, l.CounterID()), start-w)
+			if sliding && c.prev[u] == "" {
+				_, c.prev[u] = s.windowKeys(r.Key, l.CounterID(), start, w, true)
+			}
 		}
 		c.of = append(c.of, u)
 	}
@@ -146,9 +165,7 @@ func (s *Store) abandon(c *takeCall) {
 		take = append(take, err == nil)
 		j += c.cmdsOf(u)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
-	defer cancel()
-	s.undo(ctx, c, take)
+	s.undo(context.Background(), c, take)
 	free(c)
 }
 
@@ -197,8 +214,6 @@ func (s *Store) decideIncr(ctx context.Context, r *ratelimit.Request, c *takeCal
 		}
 		prevs = append(prevs, max(p, 0))
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
-	defer cancel()
 	if failed != nil {
 		if !isUnavailable(failed) {
 			s.undo(ctx, c, incremented)
@@ -223,6 +238,13 @@ func (s *Store) decideIncr(ctx context.Context, r *ratelimit.Request, c *takeCal
 	return d, nil
 }
 
+// followUp returns the context of a call that completes a decision (a
+// take-back, a late PEXPIRE): bounded by Timeout, and not cancelled with
+// the caller's, since the decision is already made.
+func (s *Store) followUp(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
+}
+
 // expireLate gives the windows c.cur[u] with late[u] set their time to
 // live, in one pipeline.
 func (s *Store) expireLate(ctx context.Context, c *takeCall, late []bool) {
@@ -236,6 +258,8 @@ func (s *Store) expireLate(ctx context.Context, c *takeCall, late []bool) {
 	if len(idx) == 0 {
 		return
 	}
+	ctx, cancel := s.followUp(ctx)
+	defer cancel()
 	res, trips := doMulti(ctx, s.rc, len(idx), func(j int) rueidis.Completed {
 		return s.rc.B().Pexpire().Key(c.cur[idx[j]]).Milliseconds(c.ttl[idx[j]]).Build()
 	})
@@ -263,6 +287,8 @@ func (s *Store) undo(ctx context.Context, c *takeCall, take []bool) {
 	if len(idx) == 0 {
 		return
 	}
+	ctx, cancel := s.followUp(ctx)
+	defer cancel()
 	res, trips := doMulti(ctx, s.rc, 2*len(idx), func(j int) rueidis.Completed {
 		u := idx[j/2]
 		if j%2 == 0 {

@@ -107,7 +107,9 @@ type Options struct {
 	// script call; zero means 128. 1 sends every decision as its own call
 	// (still pipelined with the others on a shared connection).
 	MaxBatch int
-	// Batchers is the number of batches in flight at once; zero means 4.
+	// Batchers is the number of batches in flight at once; zero means 2.
+	// Fewer batchers make larger batches, and so fewer socket writes per
+	// decision; two keep one batch filling while one is on the wire.
 	Batchers int
 
 	// Timeout bounds every Redis call, below the caller's own deadline;
@@ -207,7 +209,7 @@ func New(c *Client, opts Options) (*Store, error) {
 		opts.MaxBatch = 128
 	}
 	if opts.Batchers <= 0 {
-		opts.Batchers = 4
+		opts.Batchers = 2
 	}
 	if opts.Prefix == "" {
 		opts.Prefix = "sluice"
@@ -267,16 +269,16 @@ func (s *Store) stateChanged(from, to State, err error) {
 // key) pairs never share a key and all counters of one key share a Cluster
 // slot.
 func (s *Store) counterKey(key string, id uint64) string {
-	var b strings.Builder
-	var num [20]byte
-	b.Grow(len(s.tag) + len(key) + 24)
-	b.WriteString(s.tag)
-	b.Write(strconv.AppendInt(num[:0], int64(len(key)), 10))
-	b.WriteByte(':')
-	b.WriteString(key)
-	b.WriteString("}:")
-	b.Write(strconv.AppendUint(num[:0], id, 10))
-	return b.String()
+	var buf [128]byte
+	return string(s.appendCounterKey(buf[:0], key, id))
+}
+
+// appendCounterKey appends counterKey(key, id) to b.
+func (s *Store) appendCounterKey(b []byte, key string, id uint64) []byte {
+	b = append(b, s.tag...)
+	b = strconv.AppendInt(b, int64(len(key)), 10)
+	b = append(append(append(b, ':'), key...), "}:"...)
+	return strconv.AppendUint(b, id, 10)
 }
 
 // leaseKey returns the Redis key of the lease set of key.
