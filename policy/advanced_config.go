@@ -132,7 +132,8 @@ type Extensions struct {
 	Shadow bool `json:"shadow"`
 	// RedisLayout chooses how the redis strategy lays counters out in Redis:
 	// "sluice" (the default) spreads identifiers across Cluster slots and
-	// decides every window of a request in one atomic script; "kong" uses
+	// keeps one integer per window, counted with INCRBY, exact per window
+	// (docs/redis.md); "kong" uses
 	// Kong's hashes ("<window_start>:<W>:<namespace>", field = identifier)
 	// so that sluice and Kong nodes configured with the same namespace share
 	// counters (see docs/redis.md for what that layout gives up).

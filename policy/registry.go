@@ -58,10 +58,12 @@ type RegistryOptions struct {
 	// Rand returns a uniform number in [0, 1) for the Retry-After jitter.
 	// Nil means math/rand/v2's Float64. It must be safe for concurrent use.
 	Rand func() float64
-	// RedisCallerClock makes the default Redis stores decide with
-	// Request.Now instead of Redis' TIME (one clock for every node, the
-	// default). Tests with an injected clock set it. The OSS plugin's
-	// stores always use the caller's clock (its calendar periods need it).
+	// RedisCallerClock makes the default Redis stores' scripts (token
+	// buckets, leases) decide with Request.Now instead of Redis' TIME (one
+	// clock for every node, the default); window limits always take their
+	// window from Request.Now, as Kong does. Tests with an injected clock
+	// set it. The OSS plugin's stores always use the caller's clock (its
+	// calendar periods need it).
 	RedisCallerClock bool
 	// Logger receives the default Redis stores' state changes (fallback to
 	// local counters and back); nil discards them.

@@ -213,8 +213,10 @@ type RedisConfig struct {
 	// Timeout bounds every Redis call; past it the decision is made with
 	// local counters. Zero means the store's default, 200 ms.
 	Timeout time.Duration
-	// ServiceClock decides with the service's clock instead of Redis' TIME.
-	// Redis' clock (the default) gives every node of the service one clock.
+	// ServiceClock decides token buckets and leases with the service's
+	// clock instead of Redis' TIME; Redis' clock (the default) gives every
+	// node of the service one clock for them. Windows follow the service's
+	// clock either way.
 	ServiceClock bool
 }
 
