@@ -150,18 +150,6 @@ func (l *local) put(r *ratelimit.Request, cs []ratelimit.Counter, of []int, expi
 	sh.mu.Unlock()
 }
 
-// expiredAt returns the start of the window of counter (key, id) whose
-// Redis key this node last gave its time to live, or 0.
-func (l *local) expiredAt(key string, id uint64) int64 {
-	sh := l.shard(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if e := sh.m[lkey{key, id}]; e != nil {
-		return e.expires
-	}
-	return 0
-}
-
 // markExpired records that this node gave the Redis key of the window
 // starting at start of counter (key, id) its time to live.
 func (l *local) markExpired(key string, id uint64, start int64) {

@@ -41,14 +41,16 @@ func (s *Store) loop() {
 // namespace, so it may take longer than one decision's call.
 func (s *Store) cycleTimeout() time.Duration { return max(s.opts.Timeout, time.Second) }
 
-// syncItem is one counter of a sync cycle: its waiting hits, and the
-// window (or TAT) of the node's last decision on it.
+// syncItem is one counter of a sync cycle: its waiting hits, the window
+// (or TAT) of the node's last decision on it, and the window this node
+// last gave its expiry (see entry).
 type syncItem struct {
-	key   string
-	id    uint64
-	lim   ratelimit.Limit
-	p     [2]pend
-	start int64
+	key     string
+	id      uint64
+	lim     ratelimit.Limit
+	p       [2]pend
+	start   int64
+	expires int64
 }
 
 // snapshot drops expired counters, takes the hits waiting to be pushed and
@@ -60,7 +62,7 @@ func (l *local) snapshot(now time.Time) []syncItem {
 		sh := &l.shards[i]
 		sh.mu.Lock()
 		sh.liveCounters(ns, func(k lkey, e *entry) {
-			out = append(out, syncItem{key: k.key, id: k.id, lim: e.lim, p: e.pend, start: e.c.Start})
+			out = append(out, syncItem{key: k.key, id: k.id, lim: e.lim, p: e.pend, start: e.c.Start, expires: e.expires})
 			e.pend, e.dirty = [2]pend{}, false
 		})
 		clear(sh.dirty)
@@ -79,7 +81,7 @@ func (l *local) takeDirty() []syncItem {
 		sh.mu.Lock()
 		for _, k := range sh.dirty {
 			if e := sh.m[k]; e != nil && e.dirty {
-				out = append(out, syncItem{key: k.key, id: k.id, lim: e.lim, p: e.pend, start: e.c.Start})
+				out = append(out, syncItem{key: k.key, id: k.id, lim: e.lim, p: e.pend, start: e.c.Start, expires: e.expires})
 				e.pend, e.dirty = [2]pend{}, false
 			}
 		}
@@ -99,7 +101,7 @@ func (l *local) live(now time.Time) []syncItem {
 		sh := &l.shards[i]
 		sh.mu.Lock()
 		sh.liveCounters(ns, func(k lkey, e *entry) {
-			out = append(out, syncItem{key: k.key, id: k.id, lim: e.lim, start: e.c.Start})
+			out = append(out, syncItem{key: k.key, id: k.id, lim: e.lim, start: e.c.Start, expires: e.expires})
 		})
 		sh.mu.Unlock()
 	}
@@ -115,7 +117,7 @@ func (l *local) holds(k lkey) (syncItem, bool) {
 	if e == nil {
 		return syncItem{}, false
 	}
-	return syncItem{key: k.key, id: k.id, lim: e.lim, start: e.c.Start}, true
+	return syncItem{key: k.key, id: k.id, lim: e.lim, start: e.c.Start, expires: e.expires}, true
 }
 
 // merge replaces a local counter with the total Redis returned and adds
@@ -429,7 +431,6 @@ type winOp struct {
 // dropped: they can no longer affect a decision.
 func (s *Store) planPush(k int, it *syncItem, nowMs, minTTL int64) winPush {
 	w := int64(it.lim.Window / time.Millisecond)
-	base := s.counterKey(it.key, it.id)
 	wp := winPush{k: k, w: w, s: it.start}
 	if !s.opts.CallerClock || wp.s == 0 {
 		wp.s = max(wp.s, nowMs-(nowMs%w+w)%w)
@@ -439,20 +440,20 @@ func (s *Store) planPush(k int, it *syncItem, nowMs, minTTL int64) winPush {
 			wp.s = max(wp.s, p.start)
 		}
 	}
-	expired := s.local.expiredAt(it.key, it.id)
+	wp.cur, wp.prev = s.windowKeys(it.key, it.id, wp.s, w, true)
 	for _, p := range it.p {
 		if p.d == 0 || p.start < wp.s-w {
 			continue
 		}
-		wp.hits[wp.nh] = winHits{key: windowKey(base, p.start), start: p.start, d: p.d, ttl: max(p.start+2*w-nowMs+windowSlack.Milliseconds(), minTTL, 1), expire: expired != p.start}
+		key := wp.cur
+		if p.start != wp.s {
+			key = wp.prev
+		}
+		wp.hits[wp.nh] = winHits{key: key, start: p.start, d: p.d, ttl: max(p.start+2*w-nowMs+windowSlack.Milliseconds(), minTTL, 1), expire: it.expires != p.start}
 		wp.nh++
 	}
-	wp.cur = windowKey(base, wp.s)
 	wp.getCur = true
 	wp.getPrev = it.lim.Algorithm == ratelimit.SlidingWindow
-	if wp.getPrev {
-		wp.prev = windowKey(base, wp.s-w)
-	}
 	for _, h := range wp.hits[:wp.nh] {
 		switch h.start {
 		case wp.s:

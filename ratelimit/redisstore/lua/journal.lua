@@ -21,8 +21,8 @@
 --
 -- Reply: { seq, epoch, full, members... }: full is 1 when the caller must
 -- read every counter it holds (no cursor, another epoch, or a cursor older
--- than the journal), else 0 and members are the counters pushed by others
--- since the cursor, plus those of ARGV that others pushed since it.
+-- than the journal), else 0 and members are the counters others pushed
+-- since the cursor (those this caller pushed too included).
 
 local now_us = tonumber(ARGV[1])
 if ARGV[1] == '' then
@@ -42,27 +42,7 @@ if seq == 1 then
 end
 local epoch = redis.call('HGET', KEYS[2], 'epoch') or ''
 
-local valid = cursor >= 0 and cursor < seq and ARGV[3] == epoch
 local out = { seq, epoch, 0 }
--- Members in chunks (unpack is bounded by the Lua stack): one ZMSCORE and
--- one ZADD per chunk, not a command per member.
-for from = 5, #ARGV, 500 do
-  local to = math.min(from + 499, #ARGV)
-  if valid then
-    local prev = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, from, to))
-    for i = 1, #prev do
-      if prev[i] and tonumber(prev[i]) > cursor then
-        out[#out + 1] = ARGV[from + i - 1]
-      end
-    end
-  end
-  local zargs = {}
-  for i = from, to do
-    zargs[#zargs + 1] = seq
-    zargs[#zargs + 1] = ARGV[i]
-  end
-  redis.call('ZADD', KEYS[1], unpack(zargs))
-end
 redis.call('RPUSH', KEYS[3], seq .. ' ' .. now_ms)
 
 -- Drop the entries of calls older than the retention.
@@ -83,11 +63,27 @@ for i = 1, 3 do
   redis.call('PEXPIRE', KEYS[i], 3 * retention)
 end
 
-if not valid or cursor < floor then
+-- What others pushed since the cursor, read before this call's members
+-- are recorded: a member this caller pushed too still shows with the
+-- other's score.
+local valid = cursor >= 0 and cursor < seq and ARGV[3] == epoch and cursor >= floor
+if valid then
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. cursor, '(' .. seq)) do
+    out[#out + 1] = m
+  end
+else
   out[3] = 1
-  return out
 end
-for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. cursor, '(' .. seq)) do
-  out[#out + 1] = m
+
+-- Members in chunks (unpack is bounded by the Lua stack): one ZADD per
+-- chunk, not a command per member.
+for from = 5, #ARGV, 500 do
+  local to = math.min(from + 499, #ARGV)
+  local zargs, z = {}, 0
+  for i = from, to do
+    zargs[z + 1], zargs[z + 2] = seq, ARGV[i]
+    z = z + 2
+  end
+  redis.call('ZADD', KEYS[1], unpack(zargs))
 end
 return out
