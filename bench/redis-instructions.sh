@@ -22,8 +22,8 @@
 #   redis_rate's GCRA script (from the Go module cache), 1 decision per call
 #   sync.lua, 100 token buckets per call (window counters are pushed with
 #     plain INCRBY, as in the first case)
-#   journal.lua, 1000 members per call (the caller's first call: members
-#     recorded, no lookup of previous scores)
+#   journal.lua, 1000 members per call (one log entry; the caller's first
+#     call, so nothing to read back)
 #
 # Usage: bench/redis-instructions.sh     (N=300)
 # Needs valgrind, redis-server, redis-cli, redis-benchmark (redis-tools).
@@ -111,6 +111,6 @@ echo "redis_rate, 1 decision per call:          $(count "$WORK/redis_rate.lua" 1
 keys=(); args=("" 0)
 for r in $(seq 100); do keys+=("sluice:{2:k$r}:5"); args+=(3000); done
 echo "sync.lua, 100 buckets per call:           $(count "$LUA/sync.lua" 100 "${keys[@]}" -- "${args[@]}") (bucket)"
-members=()
-for r in $(seq 1000); do members+=("5:k$r"); done
-echo "journal.lua, 1000 members per call:       $(count "$LUA/journal.lua" 1000 j s m -- "" -1 "" 10000 "${members[@]}") (member)"
+entry=""
+for r in $(seq 1000); do m="5:k$r"; entry+="${#m}:$m"; done
+echo "journal.lua, 1000 members per call:       $(count "$LUA/journal.lua" 1000 j s m -- "" -1 "" 10000 "$entry") (member)"

@@ -596,60 +596,87 @@ const fullPullEvery = 10 * time.Second
 // by their next full read.
 const maxUnjournaled = 1 << 16
 
-// maxJournalArgs is how many members one journal.lua call records; more
-// are split over several calls in one pipeline.
-const maxJournalArgs = 4096
-
 // journal records members (counters pushed since the previous call) and
 // returns either full (read every counter) or the counters others pushed
 // since this node's previous call.
 func (s *Store) journal(ctx context.Context, now time.Time, nowArg string, members []string) (full bool, changed []string, err error) {
-	keys := []string{s.tag + "}:journal", s.tag + "}:journal:seq", s.tag + "}:journal:marks"}
+	keys := []string{s.tag + "}:journal:log", s.tag + "}:journal:seq", s.tag + "}:journal:marks"}
 	retention := strconv.FormatInt(int64(max(fullPullEvery, 50*s.opts.SyncRate)/time.Millisecond), 10)
-	head := []string{nowArg, strconv.FormatInt(s.cursor, 10), s.epoch, retention}
-	n := max(1, (len(members)+maxJournalArgs-1)/maxJournalArgs)
-	calls := make([]call, n)
-	for i := range calls {
-		chunk := members[min(i*maxJournalArgs, len(members)):min((i+1)*maxJournalArgs, len(members))]
-		calls[i] = call{keys: keys, args: append(append(make([]string, 0, len(head)+len(chunk)), head...), chunk...)}
-	}
-	res, trips := journalScript.execMulti(ctx, s.rc, calls)
+	args := []string{nowArg, strconv.FormatInt(s.cursor, 10), s.epoch, retention, encodeMembers(members)}
+	res, trips := journalScript.execMulti(ctx, s.rc, []call{{keys: keys, args: args}})
 	s.redisCalls.Add(uint64(trips))
-	var seq int64
-	var epoch string
-	for _, r := range res {
-		vals, err := r.ToArray()
+	vals, err := res[0].ToArray()
+	if err != nil {
+		return false, nil, replyErr("journal.lua", err)
+	}
+	if len(vals) < 3 {
+		return false, nil, fmt.Errorf("%w: journal.lua returned %d values, want at least 3", ErrBadReply, len(vals))
+	}
+	seq, err := vals[0].AsInt64()
+	if err != nil {
+		return false, nil, fmt.Errorf("%w: journal.lua sequence: %w", ErrBadReply, err)
+	}
+	epoch, err := vals[1].ToString()
+	if err != nil {
+		return false, nil, fmt.Errorf("%w: journal.lua epoch: %w", ErrBadReply, err)
+	}
+	f, err := vals[2].AsInt64()
+	if err != nil {
+		return false, nil, fmt.Errorf("%w: journal.lua flag: %w", ErrBadReply, err)
+	}
+	// Counters several calls recorded are read once.
+	seen := make(map[string]bool)
+	for _, v := range vals[3:] {
+		e, err := v.ToString()
+		if err == nil {
+			err = decodeMembers(e, func(m string) {
+				if !seen[m] {
+					seen[m] = true
+					changed = append(changed, m)
+				}
+			})
+		}
 		if err != nil {
-			return false, nil, replyErr("journal.lua", err)
-		}
-		if len(vals) < 3 {
-			return false, nil, fmt.Errorf("%w: journal.lua returned %d values, want at least 3", ErrBadReply, len(vals))
-		}
-		if seq, err = vals[0].AsInt64(); err != nil {
-			return false, nil, fmt.Errorf("%w: journal.lua sequence: %w", ErrBadReply, err)
-		}
-		if epoch, err = vals[1].ToString(); err != nil {
-			return false, nil, fmt.Errorf("%w: journal.lua epoch: %w", ErrBadReply, err)
-		}
-		f, err := vals[2].AsInt64()
-		if err != nil {
-			return false, nil, fmt.Errorf("%w: journal.lua flag: %w", ErrBadReply, err)
-		}
-		full = full || f == 1
-		for _, v := range vals[3:] {
-			m, err := v.ToString()
-			if err != nil {
-				return false, nil, fmt.Errorf("%w: journal.lua member: %w", ErrBadReply, err)
-			}
-			changed = append(changed, m)
+			return false, nil, fmt.Errorf("%w: journal.lua entry: %w", ErrBadReply, err)
 		}
 	}
 	s.cursor, s.epoch = seq, epoch
-	return full, changed, nil
+	return f == 1, changed, nil
 }
 
-// journalMember names a counter in the journal: its limit's counter id and
-// its key.
+// encodeMembers joins journal members into one log entry: each as its
+// length in decimal, a colon and its bytes, so that any bytes a key holds
+// survive.
+func encodeMembers(members []string) string {
+	n := 0
+	for _, m := range members {
+		n += len(m) + 8
+	}
+	b := make([]byte, 0, n)
+	for _, m := range members {
+		b = append(append(strconv.AppendInt(b, int64(len(m)), 10), ':'), m...)
+	}
+	return string(b)
+}
+
+// decodeMembers calls f with every member of a log entry encodeMembers
+// made.
+func decodeMembers(e string, f func(string)) error {
+	for len(e) > 0 {
+		i := strings.IndexByte(e, ':')
+		if i <= 0 {
+			return fmt.Errorf("entry %.40q is not a run of <length>:<member>", e)
+		}
+		n, err := strconv.Atoi(e[:i])
+		if err != nil || n < 0 || n > len(e)-i-1 {
+			return fmt.Errorf("entry %.40q is not a run of <length>:<member>", e)
+		}
+		f(e[i+1 : i+1+n])
+		e = e[i+1+n:]
+	}
+	return nil
+}
+
 func journalMember(key string, id uint64) string {
 	return strconv.FormatUint(id, 10) + ":" + key
 }

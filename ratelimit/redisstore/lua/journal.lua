@@ -4,25 +4,31 @@
 -- previous call, so that a cycle reads only counters that changed instead
 -- of every counter it holds.
 --
--- KEYS[1]  journal: sorted set, member "<counter id>:<key>", score the
---          sequence number of the call that last recorded it.
+-- The journal is a log: one entry per call, holding the caller's members
+-- as one string that the callers encode and decode ("<len>:<member>"
+-- repeated; see sync.go). Recording a cycle is then one RPUSH whatever
+-- its size, not a command per member.
+--
+-- KEYS[1]  log: list of entries, one per call, in sequence order: the
+--          members the call recorded.
 -- KEYS[2]  hash: "seq" the last sequence number given out, "epoch" the
 --          server time the journal was created (a new epoch means the
 --          journal was lost: a caller must not trust its cursor).
--- KEYS[3]  marks: list of "<seq> <ms>", one per call, oldest first, to drop
---          entries by age.
+-- KEYS[3]  marks: list of "<seq> <ms>", one per entry of the log, at the
+--          same positions, to drop entries by age.
 -- ARGV[1]  time in Unix microseconds, or "" to read Redis TIME.
 -- ARGV[2]  the caller's cursor: the sequence number of its previous call,
 --          or -1 for none.
 -- ARGV[3]  the caller's epoch, or "".
 -- ARGV[4]  retention in ms: entries recorded longer ago are dropped; a
 --          caller whose cursor is older must read every counter.
--- ARGV[5..] the members this caller pushed since its previous call.
+-- ARGV[5]  the members this caller pushed since its previous call,
+--          encoded.
 --
--- Reply: { seq, epoch, full, members... }: full is 1 when the caller must
+-- Reply: { seq, epoch, full, entries... }: full is 1 when the caller must
 -- read every counter it holds (no cursor, another epoch, or a cursor older
--- than the journal), else 0 and members are the counters others pushed
--- since the cursor (those this caller pushed too included).
+-- than the log), else 0 and entries are those of the calls other nodes
+-- made since the cursor (each encoded as recorded).
 
 local now_us = tonumber(ARGV[1])
 if ARGV[1] == '' then
@@ -42,48 +48,48 @@ if seq == 1 then
 end
 local epoch = redis.call('HGET', KEYS[2], 'epoch') or ''
 
-local out = { seq, epoch, 0 }
-redis.call('RPUSH', KEYS[3], seq .. ' ' .. now_ms)
-
--- Drop the entries of calls older than the retention.
+-- Drop the entries of calls older than the retention; first is then the
+-- oldest sequence number the log still holds.
+local first = seq
 while true do
   local m = redis.call('LINDEX', KEYS[3], 0)
+  if not m then break end
   local mseq, mms = string.match(m, '^(%d+) (%-?%d+)$')
   if not mseq then
     error('sluice: journal mark is not "seq ms": ' .. m)
   end
-  if tonumber(mseq) == seq or tonumber(mms) >= now_ms - retention then
+  if tonumber(mms) >= now_ms - retention then
+    first = tonumber(mseq)
     break
   end
   redis.call('LPOP', KEYS[3])
-  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', mseq)
-end
-local floor = tonumber(string.match(redis.call('LINDEX', KEYS[3], 0), '^(%d+)')) - 1
-for i = 1, 3 do
-  redis.call('PEXPIRE', KEYS[i], 3 * retention)
+  redis.call('LPOP', KEYS[1])
 end
 
--- What others pushed since the cursor, read before this call's members
--- are recorded: a member this caller pushed too still shows with the
--- other's score.
-local valid = cursor >= 0 and cursor < seq and ARGV[3] == epoch and cursor >= floor
-if valid then
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. cursor, '(' .. seq)) do
-    out[#out + 1] = m
+-- The log must hold every call from first on, one entry each (a partial
+-- loss, an eviction of one list, breaks that: the log starts again).
+local n = redis.call('LLEN', KEYS[3])
+local intact = redis.call('LLEN', KEYS[1]) == n and (n == 0 or first + n == seq)
+if not intact then
+  redis.call('DEL', KEYS[1], KEYS[3])
+  first = seq
+end
+
+local out = { seq, epoch, 0 }
+-- Every call since the cursor must still be in the log.
+if intact and cursor >= 0 and cursor < seq and ARGV[3] == epoch and first <= cursor + 1 then
+  if cursor + 1 < seq then
+    for _, e in ipairs(redis.call('LRANGE', KEYS[1], cursor + 1 - first, seq - 1 - first)) do
+      out[#out + 1] = e
+    end
   end
 else
   out[3] = 1
 end
 
--- Members in chunks (unpack is bounded by the Lua stack): one ZADD per
--- chunk, not a command per member.
-for from = 5, #ARGV, 500 do
-  local to = math.min(from + 499, #ARGV)
-  local zargs, z = {}, 0
-  for i = from, to do
-    zargs[z + 1], zargs[z + 2] = seq, ARGV[i]
-    z = z + 2
-  end
-  redis.call('ZADD', KEYS[1], unpack(zargs))
+redis.call('RPUSH', KEYS[1], ARGV[5])
+redis.call('RPUSH', KEYS[3], seq .. ' ' .. now_ms)
+for i = 1, 3 do
+  redis.call('PEXPIRE', KEYS[i], 3 * retention)
 end
 return out
