@@ -300,10 +300,17 @@ tous() {
     if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000; else if (v ~ /s$/) print n * 1000000; else print n }'
 }
 
-echo "== runs ($ROUNDS rounds; within a round the scenarios run back to back)"
+# order ROUND NAME...: the names, reversed on even rounds, so that no
+# scenario always runs first or right after the same other one.
+order() {
+  local r=$1; shift
+  if (( r % 2 )); then printf '%s\n' "$@"; else printf '%s\n' "$@" | tac; fi
+}
+
+echo "== runs ($ROUNDS rounds; within a round the scenarios run back to back, in reverse order on even rounds)"
 : > "$WORK/results"
 for r in $(seq 1 "$ROUNDS"); do
-  for s in "${SEL[@]}"; do run_one "$s" "$r"; done
+  for s in $(order "$r" "${SEL[@]}"); do run_one "$s" "$r"; done
 done
 
 echo "== medians over $ROUNDS rounds"
@@ -343,7 +350,7 @@ if [ "$RATE" -gt 0 ] && [ ${#FSEL[@]} -gt 0 ]; then
   (cd "$ROOT/bench" && go build -o "$WORK/fixedrate" ./cmd/fixedrate)
   : > "$WORK/fixed"
   for r in $(seq 1 "$ROUNDS"); do
-    for s in "${FSEL[@]}"; do run_one "$s" "$r" fixed; done
+    for s in $(order "$r" "${FSEL[@]}"); do run_one "$s" "$r" fixed; done
   done
   declare -A F50 F99 FDEC
   for s in "${FSEL[@]}"; do
