@@ -364,3 +364,33 @@ func TestPeriodicSyncOfBucketsAndWindows(t *testing.T) {
 		}
 	}
 }
+
+// In periodic mode too, a fixed and a sliding limit of one window share
+// one counter: a call is pushed once, and the counter keeps reading its
+// previous window for the sliding limit.
+func TestPeriodicLimitsOfOneWindowShareACounter(t *testing.T) {
+	srv, c := standalone(t)
+	opts := Options{Namespace: "periodic-shared", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	a, b := newStore(t, c, opts), newStore(t, c, opts)
+	t0 := ratelimittest.At(0)
+	sliding := ratelimit.PerMinute(10).Sliding()
+	for range 8 {
+		take(t, a, ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{sliding}, Now: t0})
+	}
+	syncAt(t, a, t0)
+	t1 := t0.Add(time.Minute + time.Second)
+	both := ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{sliding, ratelimit.PerMinute(10).Fixed()}, Now: t1}
+	take(t, a, both)
+	syncAt(t, a, t1)
+	if got := srv.Do(t, "GET", testWindowKey(a, "k", sliding, t1)); got != "1" {
+		t.Fatalf("window count %v after one call with both limits, want 1", got)
+	}
+	// Another node learns both windows: 8 in the previous one weigh
+	// 8*59/60 = 7.87, plus the 1 counted, plus this call: 9.87 of 10.
+	syncAt(t, b, t1)
+	take(t, b, ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{sliding}, Now: t1})
+	syncAt(t, b, t1)
+	if d := take(t, b, ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{sliding}, Now: t1}); d.Allowed {
+		t.Fatalf("node b: allowed with remaining %d, want denied (previous window 8, current 2)", d.State(0).Remaining)
+	}
+}

@@ -220,7 +220,7 @@ func (s *Store) decideIncr(ctx context.Context, r *ratelimit.Request, c *takeCal
 		}
 		return ratelimit.Decision{}, failed
 	}
-	s.expireLate(ctx, c, late)
+	s.expireLate(ctx, r, c, late)
 	for i := range cs {
 		cs[i].Cur, cs[i].Prev = curs[c.of[i]], prevs[c.of[i]]
 	}
@@ -246,8 +246,9 @@ func (s *Store) followUp(ctx context.Context) (context.Context, context.CancelFu
 }
 
 // expireLate gives the windows c.cur[u] with late[u] set their time to
-// live, in one pipeline.
-func (s *Store) expireLate(ctx context.Context, c *takeCall, late []bool) {
+// live, in one pipeline. A window whose PEXPIRE fails is forgotten as
+// given one, so that the next decision sends it again.
+func (s *Store) expireLate(ctx context.Context, r *ratelimit.Request, c *takeCall, late []bool) {
 	var idxBuf [4]int
 	idx := idxBuf[:0]
 	for u, l := range late {
@@ -264,9 +265,15 @@ func (s *Store) expireLate(ctx context.Context, c *takeCall, late []bool) {
 		return s.rc.B().Pexpire().Key(c.cur[idx[j]]).Milliseconds(c.ttl[idx[j]]).Build()
 	})
 	s.redisCalls.Add(uint64(trips))
-	for _, r := range res {
-		if r.Error() != nil {
+	for j, res := range res {
+		if res.Error() != nil {
 			s.redisErrors.Add(1)
+			for i, u := range c.of {
+				if u == idx[j] {
+					c.expire[u] = false // put must not mark it
+					s.local.unmarkExpired(r.Key, r.Limits[i].CounterID())
+				}
+			}
 		}
 	}
 }

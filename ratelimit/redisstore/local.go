@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"hash/maphash"
+	"slices"
 	"sync"
 	"time"
 
@@ -64,7 +65,9 @@ func (l *local) shard(key string) *lshard {
 }
 
 // take decides r on local counters. When track is set, the hits it counts
-// are remembered for the next push.
+// are remembered for the next push. Limits of one window share one counter
+// (as in every store): it is counted once, as the last of them has it, and
+// it is sliding if any of them is (a push then reads its previous window).
 func (l *local) take(r *ratelimit.Request, track bool) ratelimit.Decision {
 	sh := l.shard(r.Key)
 	var buf [4]ratelimit.Counter
@@ -79,7 +82,13 @@ func (l *local) take(r *ratelimit.Request, track bool) ratelimit.Decision {
 			e = &entry{lim: lim}
 			sh.m[k] = e
 		}
-		e.lim = lim
+		if slices.Contains(ents, e) {
+			if lim.Algorithm == ratelimit.SlidingWindow {
+				e.lim = lim
+			}
+		} else {
+			e.lim = lim
+		}
 		ents = append(ents, e)
 		cs = append(cs, e.c)
 	}
@@ -91,6 +100,9 @@ func (l *local) take(r *ratelimit.Request, track bool) ratelimit.Decision {
 	d := ratelimit.Apply(r, cs)
 	nowUs := r.Now.UnixMicro()
 	for i, e := range ents {
+		if slices.Contains(ents[i+1:], e) {
+			continue // a later limit shares the counter and writes it
+		}
 		if track && d.State(i).Counted {
 			if !e.dirty {
 				e.dirty = true
@@ -148,6 +160,17 @@ func (l *local) put(r *ratelimit.Request, cs []ratelimit.Counter, of []int, expi
 		}
 	}
 	sh.mu.Unlock()
+}
+
+// unmarkExpired forgets that this node gave counter (key, id) its window's
+// time to live, so that its next push or decision sends it again.
+func (l *local) unmarkExpired(key string, id uint64) {
+	sh := l.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if e := sh.m[lkey{key, id}]; e != nil {
+		e.expires = 0
+	}
 }
 
 // markExpired records that this node gave the Redis key of the window

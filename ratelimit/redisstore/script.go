@@ -146,20 +146,33 @@ func (sc *script) rerunNoScript(ctx context.Context, rc rueidis.Client, calls []
 	return n
 }
 
-// doMulti sends n commands in one pipeline, again on a fresh connection
-// when they met a dead one.
+// doMulti sends n commands in one pipeline, and again, on a fresh
+// connection, those that met a dead one. Only those: on Cluster a pipeline
+// is split by shard, and the commands of the other shards have run.
 func doMulti(ctx context.Context, rc rueidis.Client, n int, build func(i int) rueidis.Completed) ([]rueidis.RedisResult, int) {
 	cmds := make(rueidis.Commands, n)
-	send := func() []rueidis.RedisResult {
-		for i := range cmds {
-			cmds[i] = build(i)
-		}
-		return rc.DoMulti(ctx, cmds...)
+	for i := range cmds {
+		cmds[i] = build(i)
 	}
-	res := send()
+	res := rc.DoMulti(ctx, cmds...)
 	trips := 1
-	for trips <= maxStale && len(res) > 0 && staleConn(res[0].Error()) && staleWait(ctx, trips) {
-		res = send()
+	for trips <= maxStale {
+		var again []int
+		for i, r := range res {
+			if staleConn(r.Error()) {
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 || !staleWait(ctx, trips) {
+			break
+		}
+		retry := make(rueidis.Commands, len(again))
+		for j, i := range again {
+			retry[j] = build(i)
+		}
+		for j, r := range rc.DoMulti(ctx, retry...) {
+			res[again[j]] = r
+		}
 		trips++
 	}
 	return res, trips

@@ -259,6 +259,11 @@ func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 	if len(pull) > 0 {
 		s.push(ctx, pull, nowArg, nowUs, nil, fail)
 	}
+	if firstErr != nil {
+		// A push or read that failed may have left this node behind on
+		// counters its cursor has passed: the next cycle reads them all.
+		s.lastFull = time.Time{}
+	}
 	return firstErr
 }
 
@@ -315,7 +320,6 @@ func (s *Store) push(ctx context.Context, items []syncItem, nowArg string, nowUs
 	trips += syncScript.rerunNoScript(ctx, s.rc, calls, res[:len(calls)])
 	s.redisCalls.Add(uint64(trips))
 
-	merged := make([]bool, len(items))
 	for ci, r := range res[:len(calls)] {
 		g := groups[ci]
 		vals, err := r.ToArray()
@@ -342,13 +346,15 @@ func (s *Store) push(ctx context.Context, items []syncItem, nowArg string, nowUs
 				continue
 			}
 			s.local.merge(&items[k], ratelimit.Counter{Start: n[0], Cur: n[1], Prev: n[2]}, nowUs)
-			merged[k] = true
 		}
 	}
-	s.mergeWindows(ctx, items, wins, ops, res[len(calls):], nowUs, merged, fail)
+	s.mergeWindows(ctx, items, wins, ops, res[len(calls):], nowUs, fail)
 	if members != nil {
+		// Every counter with hits, merged or not: a push that failed may
+		// have reached Redis, and others then read it once more for
+		// nothing at worst.
 		for k := range items {
-			if merged[k] && items[k].p != ([2]pend{}) {
+			if items[k].p != ([2]pend{}) {
 				members = append(members, journalMember(items[k].key, items[k].id))
 			}
 		}
@@ -481,11 +487,11 @@ func (wp *winPush) appendOps(ops []winOp, wi int) []winOp {
 	return ops
 }
 
-// mergeWindows reads the results of the window commands ops, merges each
-// counter's totals, and marks merged the counters that succeeded. A
+// mergeWindows reads the results of the window commands ops and merges
+// each counter's totals. A
 // counter whose second INCRBY failed takes its first back; windows created
 // by an INCRBY that carried no PEXPIRE are given their time to live.
-func (s *Store) mergeWindows(ctx context.Context, items []syncItem, wins []winPush, ops []winOp, res []rueidis.RedisResult, nowUs int64, merged []bool, fail func(error)) {
+func (s *Store) mergeWindows(ctx context.Context, items []syncItem, wins []winPush, ops []winOp, res []rueidis.RedisResult, nowUs int64, fail func(error)) {
 	type wres struct {
 		c, p   int64
 		err    error
@@ -539,6 +545,7 @@ func (s *Store) mergeWindows(ctx context.Context, items []syncItem, wins []winPu
 		}
 	}
 	var fix []rueidis.Completed
+	var lateOf []int // per command of fix: the item of a late PEXPIRE, or -1
 	for wi := range wins {
 		wp, o := &wins[wi], &out[wi]
 		it := &items[wp.k]
@@ -549,6 +556,7 @@ func (s *Store) mergeWindows(ctx context.Context, items []syncItem, wins []winPu
 					hit := &wp.hits[h]
 					fix = append(fix, s.rc.B().Decrby().Key(hit.key).Decrement(hit.d).Build(),
 						s.rc.B().Pexpire().Key(hit.key).Milliseconds(hit.ttl).Build())
+					lateOf = append(lateOf, -1, -1)
 				}
 			}
 			continue
@@ -561,6 +569,7 @@ func (s *Store) mergeWindows(ctx context.Context, items []syncItem, wins []winPu
 				// Created (or recreated) by this INCRBY after this node
 				// had given the window its expiry.
 				fix = append(fix, s.rc.B().Pexpire().Key(hit.key).Milliseconds(hit.ttl).Build())
+				lateOf = append(lateOf, wp.k)
 			}
 		}
 		// A count below zero (a take-back that landed after its key
@@ -573,12 +582,15 @@ func (s *Store) mergeWindows(ctx context.Context, items []syncItem, wins []winPu
 		if expired != 0 {
 			s.local.markExpired(it.key, it.id, expired)
 		}
-		merged[wp.k] = true
 	}
 	if len(fix) > 0 {
-		for _, r := range s.rc.DoMulti(ctx, fix...) {
+		for j, r := range s.rc.DoMulti(ctx, fix...) {
 			if r.Error() != nil {
 				s.redisErrors.Add(1)
+				if k := lateOf[j]; k >= 0 {
+					// The next push sends the expiry again.
+					s.local.unmarkExpired(items[k].key, items[k].id)
+				}
 			}
 		}
 		s.redisCalls.Add(1)
