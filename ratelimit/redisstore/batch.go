@@ -39,17 +39,24 @@ type takeCall struct {
 	// its time to live in ms, whether to send it (PEXPIRE), and the
 	// previous window's key ("" when no limit is sliding); of maps each
 	// limit to its counter (limits of one window share one).
+	// pv holds, for a counter whose previous window is not read (prev
+	// ""), its count (0 for a fixed window); final flags the previous
+	// windows read once they could no longer change (see prevGrace).
 	plain     bool
 	cost      int64
 	cur, prev []string
 	ttl       []int64
 	expire    []bool
 	of        []int
+	pv        []int64
+	final     []bool
 	curBuf    [4]string
 	prevBuf   [4]string
 	ttlBuf    [4]int64
 	expireBuf [4]bool
 	ofBuf     [4]int
+	pvBuf     [4]int64
+	finalBuf  [4]bool
 
 	done chan takeResult // buffered: a batcher never blocks on it
 }
@@ -63,6 +70,7 @@ var callPool = sync.Pool{New: func() any { return &takeCall{done: make(chan take
 func newCall() *takeCall {
 	c := callPool.Get().(*takeCall)
 	c.cur, c.prev, c.ttl, c.expire, c.of = c.curBuf[:0], c.prevBuf[:0], c.ttlBuf[:0], c.expireBuf[:0], c.ofBuf[:0]
+	c.pv, c.final = c.pvBuf[:0], c.finalBuf[:0]
 	return c
 }
 
@@ -410,6 +418,6 @@ func (s *Store) decodeTake(r *ratelimit.Request, vals []rueidis.RedisMessage) (r
 	if d.Allowed != (ints[0] == 1) {
 		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua decided allowed=%v but ratelimit.Apply %v for %q", ErrBadReply, ints[0] == 1, d.Allowed, r.Key)
 	}
-	s.local.put(r, cs, nil, nil)
+	s.local.put(r, cs, nil, nil, nil)
 	return d, nil
 }

@@ -30,6 +30,11 @@ import (
 // automatic pipelining, so Redis does ~10k instructions per decision
 // instead of a script's ~60k (docs/benchmarks.md).
 //
+// A sliding window's previous count is read with the window's first
+// decisions; once the previous window can no longer change (prevGrace),
+// a node that has read it keeps it for the rest of the window, so most
+// decisions send one INCRBY and nothing else.
+//
 // The window start comes from the decision's time (the node's clock, or
 // the caller's with CallerClock), as in Kong and in Envoy's ratelimit:
 // nodes whose clocks differ by a few milliseconds put calls near an edge
@@ -114,8 +119,25 @@ func (s *Store) takeIncr(ctx context.Context, r *ratelimit.Request) (ratelimit.D
 		}
 		c.of = append(c.of, u)
 	}
-	c.expire = append(c.expire[:0], make([]bool, len(c.cur))...)
-	s.local.mustExpire(r, c.of, cs, c.expire)
+	n := len(c.cur)
+	c.expire = append(c.expire[:0], make([]bool, n)...)
+	c.pv = append(c.pv[:0], make([]int64, n)...)
+	c.final = append(c.final[:0], make([]bool, n)...)
+	var knownBuf [4]bool
+	known := append(knownBuf[:0], make([]bool, n)...)
+	s.local.lookup(r, c.of, cs, c.expire, known, c.pv)
+	for i := range r.Limits {
+		u := c.of[i]
+		if c.prev[u] == "" {
+			continue
+		}
+		if known[u] {
+			c.prev[u] = "" // final, and this node has read it
+		} else {
+			w := int64(r.Limits[i].Window / time.Millisecond)
+			c.final[u] = nowMs-cs[i].Start >= prevGrace(w)
+		}
+	}
 	res, answered := s.submit(ctx, c)
 	if !answered {
 		if ctx.Err() != nil {
@@ -200,7 +222,7 @@ func (s *Store) decideIncr(ctx context.Context, r *ratelimit.Request, c *takeCal
 			}
 			j++
 		}
-		var p int64
+		p := c.pv[u]
 		if c.prev[u] != "" {
 			var err error
 			p, err = res[j].AsInt64()
@@ -234,8 +256,18 @@ func (s *Store) decideIncr(ctx context.Context, r *ratelimit.Request, c *takeCal
 		}
 		s.undo(ctx, c, incremented)
 	}
-	s.local.put(r, cs, c.of, c.expire)
+	s.local.put(r, cs, c.of, c.expire, c.final)
 	return d, nil
+}
+
+// prevGrace returns how long after a window of w ms begins the count of
+// the window before it is taken as final: a tenth of the window, at most
+// a second. Past it only a node whose clock is that far behind could
+// still count in the previous window (take-backs only lower it), so a
+// node that has read the count then keeps it for the rest of the window
+// instead of reading it on every decision.
+func prevGrace(w int64) int64 {
+	return min(w/10, time.Second.Milliseconds())
 }
 
 // followUp returns the context of a call that completes a decision (a

@@ -49,6 +49,9 @@ type entry struct {
 	// expires is the start of the window whose Redis key this node last
 	// gave its time to live (synchronous mode, incr.go), or 0.
 	expires int64
+	// final is the start of the window whose previous window's count c
+	// holds as read from Redis once final (synchronous mode, incr.go), or 0.
+	final int64
 }
 
 func newLocal() *local {
@@ -144,7 +147,10 @@ func (e *entry) addPend(start, d int64) {
 // expired, when not nil, flags by counter (of maps limits to counters, as
 // in takeCall) the windows whose keys were given their time to live with
 // this decision.
-func (l *local) put(r *ratelimit.Request, cs []ratelimit.Counter, of []int, expired []bool) {
+//
+// final, when not nil, flags by counter the previous windows read once
+// final (see prevGrace).
+func (l *local) put(r *ratelimit.Request, cs []ratelimit.Counter, of []int, expired, final []bool) {
 	sh := l.shard(r.Key)
 	sh.mu.Lock()
 	for i, lim := range r.Limits {
@@ -157,6 +163,9 @@ func (l *local) put(r *ratelimit.Request, cs []ratelimit.Counter, of []int, expi
 		e.lim, e.c = lim, cs[i]
 		if expired != nil && expired[of[i]] {
 			e.expires = cs[i].Start
+		}
+		if final != nil && final[of[i]] {
+			e.final = cs[i].Start
 		}
 	}
 	sh.mu.Unlock()
@@ -184,14 +193,20 @@ func (l *local) markExpired(key string, id uint64, start int64) {
 	}
 }
 
-// mustExpire sets need[of[i]] for every limit i of r whose window starting
-// at starts[i] this node has not yet given a time to live.
-func (l *local) mustExpire(r *ratelimit.Request, of []int, starts []ratelimit.Counter, need []bool) {
+// lookup prepares a synchronous decision of r, whose limit i uses counter
+// of[i] in the window starting at cs[i].Start: it sets need[of[i]] when
+// this node has not yet given that window its time to live, and, when it
+// holds the previous window's final count, known[of[i]] and prev[of[i]].
+func (l *local) lookup(r *ratelimit.Request, of []int, cs []ratelimit.Counter, need, known []bool, prev []int64) {
 	sh := l.shard(r.Key)
 	sh.mu.Lock()
 	for i, lim := range r.Limits {
-		if e := sh.m[lkey{r.Key, lim.CounterID()}]; e == nil || e.expires != starts[i].Start {
+		e := sh.m[lkey{r.Key, lim.CounterID()}]
+		if e == nil || e.expires != cs[i].Start {
 			need[of[i]] = true
+		}
+		if e != nil && e.final == cs[i].Start && e.c.Start == cs[i].Start {
+			known[of[i]], prev[of[i]] = true, e.c.Prev
 		}
 	}
 	sh.mu.Unlock()

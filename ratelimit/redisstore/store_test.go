@@ -256,3 +256,50 @@ func TestNegativeCountsCountAsZero(t *testing.T) {
 		}
 	}
 }
+
+// A sliding window's previous count is read until it is final (a tenth
+// of the window in, at most a second); then a node that has read it keeps
+// it, and its decisions send no GET, while the current window stays
+// shared with the other nodes.
+func TestFinalPreviousWindowIsReadOnce(t *testing.T) {
+	srv, c := standalone(t)
+	opts := Options{Namespace: "prev-final", CallerClock: true, ManualSync: true}
+	a, b := newStore(t, c, opts), newStore(t, c, opts)
+	lim := []ratelimit.Limit{ratelimit.PerMinute(10).Sliding()}
+	t0 := ratelimittest.At(0)
+	for range 5 {
+		take(t, b, ratelimit.Request{Key: "k", Limits: lim, Now: t0})
+	}
+	getsAt := func(s *Store, at time.Duration) int {
+		before := gets(t, srv)
+		take(t, s, ratelimit.Request{Key: "k", Limits: lim, Now: t0.Add(time.Minute + at)})
+		return gets(t, srv) - before
+	}
+	// A minute's window has a grace of a second: read each time before.
+	for _, at := range []time.Duration{100 * time.Millisecond, 999 * time.Millisecond} {
+		if n := getsAt(a, at); n != 1 {
+			t.Fatalf("decision at +%s: %d GETs, want 1 (the previous window may still change)", at, n)
+		}
+	}
+	if n := getsAt(a, time.Second); n != 1 {
+		t.Fatalf("first decision past the grace: %d GETs, want 1", n)
+	}
+	for _, at := range []time.Duration{2 * time.Second, 30 * time.Second} {
+		if n := getsAt(a, at); n != 0 {
+			t.Fatalf("decision at +%s: %d GETs, want 0 (the final count is known)", at, n)
+		}
+	}
+	// b counts in the current window too: a sees it, and still weighs
+	// the previous window's 5. At +54 s: 5 x 6/60 = 0.5, plus 5 counted
+	// by a, 3 by b, and this call: 9.5 of 10; the next call is denied.
+	for range 3 {
+		take(t, b, ratelimit.Request{Key: "k", Limits: lim, Now: t0.Add(time.Minute + 40*time.Second)})
+	}
+	at := t0.Add(time.Minute + 54*time.Second)
+	if d := take(t, a, ratelimit.Request{Key: "k", Limits: lim, Now: at}); !d.Allowed {
+		t.Fatal("denied at 9.5 of 10")
+	}
+	if d := take(t, a, ratelimit.Request{Key: "k", Limits: lim, Now: at}); d.Allowed {
+		t.Fatal("allowed at 10.5 of 10: the previous window or b's calls were not counted")
+	}
+}
