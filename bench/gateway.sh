@@ -23,8 +23,13 @@
 #        SLUICE (a prebuilt sluice binary; default: go build ./cmd/sluice),
 #        RATE (fixed rate, req/s, default 5000; 0 skips that phase),
 #        FIXED (regexp, default ^(nginx-proxy|sluice-proxy|sluice-rla-mem)$),
-#        FIXED_DURATION (default 10s).
-# Output: tables of medians over the rounds and the ratios issue 5 asks for.
+#        FIXED_DURATION (default 10s),
+#        PERF (a directory: record `perf record -g` of sluice during each
+#        closed-loop run there, as <scenario>.<round>.data; read it with
+#        `perf report -i FILE` and a SLUICE binary that still exists).
+# Output: tables of medians over the rounds and the ratios issue 5 asks for;
+# each sluice closed-loop line also gives the CPU time the sluice and
+# redis-server processes spent per request (/proc/<pid>/stat).
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
@@ -199,8 +204,9 @@ fi
 echo "== upstream"
 "$NGINX" -p "$WORK/up" -c "$WORK/up/nginx.conf" & PIDS+=($!)
 waitport "$UP_PORT"
+REDIS_PID=""
 if [ $need_redis = 1 ]; then
-  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$WORK" --save "" --appendonly no >/dev/null & PIDS+=($!)
+  redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$WORK" --save "" --appendonly no >/dev/null & PIDS+=($!); REDIS_PID=$!
   for i in $(seq 1 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
 fi
 
@@ -275,7 +281,21 @@ run_one() {
     echo "$s $(sed -E 's/.*p50-us=([0-9]+).*p99-us=([0-9]+).*/\1 \2/' <<<"$out") $dec" >> "$WORK/fixed"
     return 0
   fi
+  local c0 r0 cpu="" perfpid=""
+  if [[ $s == sluice-* ]]; then
+    c0=$(cputicks "$pid"); r0=$(cputicks "$REDIS_PID")
+    if [ -n "${PERF:-}" ]; then
+      perf record -F 499 -g -o "$PERF/$s.$r.data" -p "$pid" -- sleep "$(( ${DURATION%s} - 1 ))" >/dev/null 2>&1 &
+      perfpid=$!
+    fi
+  fi
   out=$("${WRK[@]}" "http://127.0.0.1:$port/")
+  if [[ $s == sluice-* ]]; then
+    cpu=$(awk -v c="$(( $(cputicks "$pid") - c0 ))" -v r="$(( $(cputicks "$REDIS_PID") - r0 ))" \
+      -v n="$(awk '/requests in/ {print $1}' <<<"$out")" -v hz="$(getconf CLK_TCK)" \
+      'BEGIN {printf "cpu-us/req sluice=%.1f redis=%.1f", c * 1e6 / hz / n, r * 1e6 / hz / n}')
+  fi
+  [ -z "$perfpid" ] || wait "$perfpid" || true
   stop "$pid"
   if [[ $s == *-redis* ]] && [ "$(redis-cli -p "$REDIS_PORT" dbsize)" -lt 1000 ]; then
     echo "gateway.sh: $s left fewer than 1000 keys in Redis: it did not use it" >&2; return 1
@@ -289,9 +309,13 @@ run_one() {
   p50=$(awk '$1=="50%" {print $2}' <<<"$out")
   p99=$(awk '$1=="99%" {print $2}' <<<"$out")
   errs=$(awk '/Non-2xx|Socket errors/ {print}' <<<"$out" | tr '\n' ' ')
-  printf '%-20s round %d  %10s req/s  p50 %8s  p99 %8s  %s\n' "$s" "$r" "$rps" "$p50" "$p99" "$errs"
+  printf '%-20s round %d  %10s req/s  p50 %8s  p99 %8s  %s%s\n' "$s" "$r" "$rps" "$p50" "$p99" "$cpu" "$errs"
   echo "$s $rps $(tous "$p50") $(tous "$p99")" >> "$WORK/results"
 }
+
+# cputicks PID: the user and system CPU time of a process, in clock ticks
+# (0 for no PID: no redis-server in this run).
+cputicks() { if [ -n "$1" ]; then awk '{print $14 + $15}' "/proc/$1/stat"; else echo 0; fi; }
 
 # tous converts wrk's latency ("812.00us", "1.23ms", "1.01s") to microseconds.
 tous() {

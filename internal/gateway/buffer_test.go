@@ -33,14 +33,7 @@ func TestBufferedBodyKeepsUpstreamConnection(t *testing.T) {
 	}
 	up.Start()
 	t.Cleanup(up.Close)
-	_, base := startGateway(t, withUpstream(`
-_format_version: "3.0"
-services:
-  - name: svc
-    url: UPSTREAM
-    routes:
-      - {name: r, paths: [/]}
-`, up), Options{})
+	_, base := startGateway(t, withUpstream(everyPathTo, up), Options{})
 
 	for i, n := range []int{0, 1, 2, 4096, maxBufferedBody, maxBufferedBody + 1, 3, 0} {
 		r := do(t, "GET", fmt.Sprintf("%s/?n=%d", base, n), nil)
@@ -68,14 +61,7 @@ func TestBufferedBodyUpstreamBreaks(t *testing.T) {
 		_ = brw.Flush()
 	}))
 	t.Cleanup(up.Close)
-	_, base := startGateway(t, withUpstream(`
-_format_version: "3.0"
-services:
-  - name: svc
-    url: UPSTREAM
-    routes:
-      - {name: r, paths: [/]}
-`, up), Options{})
+	_, base := startGateway(t, withUpstream(everyPathTo, up), Options{})
 
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
@@ -95,3 +81,13 @@ services:
 			res.StatusCode, res.ContentLength, b, err)
 	}
 }
+
+// everyPathTo routes every path to the upstream withUpstream names.
+const everyPathTo = `
+_format_version: "3.0"
+services:
+  - name: svc
+    url: UPSTREAM
+    routes:
+      - {name: r, paths: [/]}
+`

@@ -136,23 +136,18 @@ type pluginOutcome struct {
 // Method returns the request method.
 func (x *Exchange) Method() string { return methodString(x.ctx.Method()) }
 
+// knownMethods are the methods methodString returns without allocating.
+var knownMethods = [...]string{
+	fasthttp.MethodGet, fasthttp.MethodPost, fasthttp.MethodPut, fasthttp.MethodDelete,
+	fasthttp.MethodPatch, fasthttp.MethodHead, fasthttp.MethodOptions,
+}
+
 // methodString returns string(m) without allocating for the usual methods.
 func methodString(m []byte) string {
-	switch string(m) {
-	case fasthttp.MethodGet:
-		return fasthttp.MethodGet
-	case fasthttp.MethodPost:
-		return fasthttp.MethodPost
-	case fasthttp.MethodPut:
-		return fasthttp.MethodPut
-	case fasthttp.MethodDelete:
-		return fasthttp.MethodDelete
-	case fasthttp.MethodPatch:
-		return fasthttp.MethodPatch
-	case fasthttp.MethodHead:
-		return fasthttp.MethodHead
-	case fasthttp.MethodOptions:
-		return fasthttp.MethodOptions
+	for _, k := range knownMethods {
+		if string(m) == k {
+			return k
+		}
 	}
 	return string(m)
 }

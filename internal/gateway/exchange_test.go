@@ -98,16 +98,7 @@ consumers:
 		t.Errorf("third request upstream: %+v", e)
 	}
 
-	var lines []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("log line %q: %v", l, err)
-		}
-		if m["msg"] == "access" {
-			lines = append(lines, m)
-		}
-	}
+	lines := accessLines(t, logs.String())
 	if len(lines) != 3 {
 		t.Fatalf("%d access lines:\n%s", len(lines), logs.String())
 	}

@@ -70,16 +70,7 @@ func TestObservability(t *testing.T) {
 		t.Fatalf("second: %d %s", r.status, r.body)
 	}
 
-	var lines []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("log line %q: %v", l, err)
-		}
-		if m["msg"] == "access" {
-			lines = append(lines, m)
-		}
-	}
+	lines := accessLines(t, logs.String())
 	if len(lines) != 2 {
 		t.Fatalf("%d access lines:\n%s", len(lines), logs.String())
 	}
@@ -169,4 +160,21 @@ services:
 			t.Errorf("sluice_redis_state_changes_total{state=%q} %v, want 1", state, n)
 		}
 	}
+}
+
+// accessLines returns the access log lines among the JSON log lines of
+// logs, decoded.
+func accessLines(t *testing.T, logs string) []map[string]any {
+	t.Helper()
+	var lines []map[string]any
+	for _, l := range strings.Split(strings.TrimSpace(logs), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("log line %q: %v", l, err)
+		}
+		if m["msg"] == "access" {
+			lines = append(lines, m)
+		}
+	}
+	return lines
 }

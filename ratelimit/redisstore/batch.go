@@ -196,11 +196,13 @@ func (s *Store) runBatch(batch []*takeCall) {
 	// A call's fields are read only before the first answer: an answered
 	// call goes back to its caller.
 	var scripts, plains []*takeCall
+	var ncmds []int // per plain call, its number of commands
 	nplain := 0
 	for _, c := range batch {
 		if c.plain {
-			plains = append(plains, c)
-			nplain += c.ncmds()
+			n := c.ncmds()
+			plains, ncmds = append(plains, c), append(ncmds, n)
+			nplain += n
 		} else {
 			scripts = append(scripts, c)
 		}
@@ -249,9 +251,7 @@ func (s *Store) runBatch(batch []*takeCall) {
 		i = j
 	}
 	ops := make([]plainOp, 0, nplain)
-	ncmds := make([]int, len(plains))
-	for pi, c := range plains {
-		ncmds[pi] = c.ncmds()
+	for _, c := range plains {
 		for i := range c.cur {
 			ops = append(ops, plainOp{c, i, 0})
 			if c.expire[i] {

@@ -175,7 +175,7 @@ func TestPeriodicOvershootBounded(t *testing.T) {
 	const limit, perCycle = 1000, 150
 	stores := make([]*Store, nodes)
 	for i := range stores {
-		stores[i] = newStore(t, c, Options{Namespace: "overshoot", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond})
+		stores[i] = newStore(t, c, periodic("overshoot"))
 	}
 	ctx := context.Background()
 	lim := []ratelimit.Limit{ratelimit.PerMinute(limit).Fixed()}

@@ -143,7 +143,7 @@ func TestDeadlineBoundsEachCall(t *testing.T) {
 
 func TestPeriodicSync(t *testing.T) {
 	srv, c := standalone(t)
-	opts := Options{Namespace: "periodic", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	opts := periodic("periodic")
 	a, b := newStore(t, c, opts), newStore(t, c, opts)
 	ctx := context.Background()
 	now := ratelimittest.At(5 * time.Second)
@@ -310,7 +310,7 @@ func TestStrict(t *testing.T) {
 // cycle are still merged.
 func TestPeriodicPullOfIdleCounters(t *testing.T) {
 	srv, c := standalone(t)
-	opts := Options{Namespace: "periodic-pull", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	opts := periodic("periodic-pull")
 	a, b := newStore(t, c, opts), newStore(t, c, opts)
 	ctx := context.Background()
 	now := ratelimittest.At(5 * time.Second)
@@ -346,7 +346,7 @@ func TestPeriodicPullOfIdleCounters(t *testing.T) {
 // sync.lua, in one pipeline: both reach the other node.
 func TestPeriodicSyncOfBucketsAndWindows(t *testing.T) {
 	_, c := standalone(t)
-	opts := Options{Namespace: "periodic-mixed", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	opts := periodic("periodic-mixed")
 	a, b := newStore(t, c, opts), newStore(t, c, opts)
 	now := ratelimittest.At(5 * time.Second)
 	r := ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{ratelimit.PerMinute(10).Sliding(), ratelimit.PerMinute(10).TokenBucket(10)}, Now: now}
@@ -370,7 +370,7 @@ func TestPeriodicSyncOfBucketsAndWindows(t *testing.T) {
 // previous window for the sliding limit.
 func TestPeriodicLimitsOfOneWindowShareACounter(t *testing.T) {
 	srv, c := standalone(t)
-	opts := Options{Namespace: "periodic-shared", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	opts := periodic("periodic-shared")
 	a, b := newStore(t, c, opts), newStore(t, c, opts)
 	t0 := ratelimittest.At(0)
 	sliding := ratelimit.PerMinute(10).Sliding()

@@ -13,11 +13,13 @@ import (
 // Window limits in synchronous mode. A window's count is a plain integer
 // key per window, "<counter key>:<window start in Unix ms>", so a hit is
 // one INCRBY and needs no script: a request whose limits are all windows
-// sends, in one pipeline, per limit
+// sends, in one pipeline, per counter
 //
 //	INCRBY  <cur> <cost>       the count with this call
-//	PEXPIRE <cur> <ttl>        kept until the end of the next window
-//	GET     <prev>             the previous window's count (sliding only)
+//	PEXPIRE <cur> <ttl>        until the end of the next window; once per
+//	                           node and window
+//	GET     <prev>             the previous window's count (sliding only,
+//	                           until it is final: see below)
 //
 // and decides with ratelimit.Apply over the counts before its own hit. A
 // call that is denied takes its cost back with DECRBY from every window
@@ -27,8 +29,8 @@ import (
 // within the limit, and a count that includes calls about to be taken
 // back can only deny early, never admit beyond the limit. Concurrent
 // decisions from many callers share a few connections through rueidis'
-// automatic pipelining, so Redis does ~10k instructions per decision
-// instead of a script's ~60k (docs/benchmarks.md).
+// automatic pipelining, so Redis does ~8k instructions per decision
+// instead of a script's ~65k (docs/benchmarks.md).
 //
 // A sliding window's previous count is read with the window's first
 // decisions; once the previous window can no longer change (prevGrace),
@@ -50,15 +52,6 @@ func allWindows(r *ratelimit.Request) bool {
 		}
 	}
 	return true
-}
-
-// windowKey returns the key of the window of counter key base that starts
-// at startMs.
-func windowKey(base string, startMs int64) string {
-	var num [20]byte
-	b := make([]byte, 0, len(base)+21)
-	b = append(append(append(b, base...), ':'), strconv.AppendInt(num[:0], startMs, 10)...)
-	return string(b)
 }
 
 // windowSlack is how much longer than its two windows a window key lives:
@@ -225,12 +218,8 @@ func (s *Store) decideIncr(ctx context.Context, r *ratelimit.Request, c *takeCal
 		p := c.pv[u]
 		if c.prev[u] != "" {
 			var err error
-			p, err = res[j].AsInt64()
-			if err != nil && !rueidis.IsRedisNil(err) && failed == nil {
-				if v, serr := res[j].ToString(); serr == nil {
-					err = fmt.Errorf("%w: %s holds %q, not an integer count", ErrBadReply, c.prev[u], v)
-				}
-				failed = replyErr("GET "+c.prev[u], err)
+			if p, err = readCount(res[j], c.prev[u]); err != nil && failed == nil {
+				failed = err
 			}
 			j++
 		}
@@ -260,6 +249,30 @@ func (s *Store) decideIncr(ctx context.Context, r *ratelimit.Request, c *takeCal
 	return d, nil
 }
 
+// readCount reads the reply of GET key: a count, 0 for a key Redis does
+// not hold, or an error naming the key and quoting a value that is not an
+// integer.
+func readCount(r rueidis.RedisResult, key string) (int64, error) {
+	n, err := r.AsInt64()
+	if err == nil || rueidis.IsRedisNil(err) {
+		return n, nil
+	}
+	if v, serr := r.ToString(); serr == nil {
+		err = fmt.Errorf("%w: %s holds %q, not an integer count", ErrBadReply, key, v)
+	}
+	return 0, replyErr("GET "+key, err)
+}
+
+// flagged appends to dst the indexes of the set flags.
+func flagged(dst []int, flags []bool) []int {
+	for i, f := range flags {
+		if f {
+			dst = append(dst, i)
+		}
+	}
+	return dst
+}
+
 // prevGrace returns how long after a window of w ms begins the count of
 // the window before it is taken as final: a tenth of the window, at most
 // a second. Past it only a node whose clock is that far behind could
@@ -282,12 +295,7 @@ func (s *Store) followUp(ctx context.Context) (context.Context, context.CancelFu
 // given one, so that the next decision sends it again.
 func (s *Store) expireLate(ctx context.Context, r *ratelimit.Request, c *takeCall, late []bool) {
 	var idxBuf [4]int
-	idx := idxBuf[:0]
-	for u, l := range late {
-		if l {
-			idx = append(idx, u)
-		}
-	}
+	idx := flagged(idxBuf[:0], late)
 	if len(idx) == 0 {
 		return
 	}
@@ -317,12 +325,7 @@ func (s *Store) expireLate(ctx context.Context, r *ratelimit.Request, c *takeCal
 // which can only deny early; it is counted, not returned.
 func (s *Store) undo(ctx context.Context, c *takeCall, take []bool) {
 	var idxBuf [4]int
-	idx := idxBuf[:0]
-	for u, t := range take {
-		if t {
-			idx = append(idx, u)
-		}
-	}
+	idx := flagged(idxBuf[:0], take)
 	if len(idx) == 0 {
 		return
 	}

@@ -43,7 +43,7 @@ func syncAt(t *testing.T, s *Store, now time.Time) {
 // the node still learns every total the others pushed.
 func TestPeriodicCycleReadsOnlyWhatChanged(t *testing.T) {
 	srv, c := standalone(t)
-	opts := Options{Namespace: "journal-reads", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	opts := periodic("journal-reads")
 	a, b := newStore(t, c, opts), newStore(t, c, opts)
 	now := ratelimittest.At(5 * time.Second)
 	lim := []ratelimit.Limit{ratelimit.PerMinute(10).Fixed()}
@@ -78,7 +78,7 @@ func TestPeriodicCycleReadsOnlyWhatChanged(t *testing.T) {
 // cycle reads it back: the total sync.lua returned may predate that push.
 func TestPeriodicCycleRereadsCountersBothNodesPushed(t *testing.T) {
 	_, c := standalone(t)
-	opts := Options{Namespace: "journal-both", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	opts := periodic("journal-both")
 	a, b := newStore(t, c, opts), newStore(t, c, opts)
 	now := ratelimittest.At(5 * time.Second)
 	r := ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{ratelimit.PerMinute(100).Fixed()}, Now: now}
@@ -103,7 +103,7 @@ func TestPeriodicCycleRereadsCountersBothNodesPushed(t *testing.T) {
 // counter it holds.
 func TestJournalLossMeansFullRead(t *testing.T) {
 	srv, c := standalone(t)
-	opts := Options{Namespace: "journal-lost", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	opts := periodic("journal-lost")
 	a, b := newStore(t, c, opts), newStore(t, c, opts)
 	now := ratelimittest.At(5 * time.Second)
 	r := ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{ratelimit.PerMinute(100).Fixed()}, Now: now}
@@ -127,7 +127,7 @@ func TestJournalLossMeansFullRead(t *testing.T) {
 // counter it holds.
 func TestJournalIsTrimmedByAge(t *testing.T) {
 	srv, c := standalone(t)
-	opts := Options{Namespace: "journal-trim", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	opts := periodic("journal-trim")
 	a, b := newStore(t, c, opts), newStore(t, c, opts)
 	now := ratelimittest.At(5 * time.Second)
 	lim := []ratelimit.Limit{ratelimit.PerHour(100).Fixed()}
@@ -157,7 +157,7 @@ func TestJournalIsTrimmedByAge(t *testing.T) {
 // cycle still reads only what changed.
 func TestPeriodicJournalCluster(t *testing.T) {
 	_, c := cluster(t)
-	opts := Options{Namespace: "journal-cluster", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	opts := periodic("journal-cluster")
 	a, b := newStore(t, c, opts), newStore(t, c, opts)
 	now := ratelimittest.At(5 * time.Second)
 	lim := []ratelimit.Limit{ratelimit.PerMinute(100)}
@@ -181,7 +181,7 @@ func TestPeriodicJournalCluster(t *testing.T) {
 // in it.
 func TestJournalRecordsLargeCycles(t *testing.T) {
 	srv, c := standalone(t)
-	opts := Options{Namespace: "journal-split", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	opts := periodic("journal-split")
 	a, b := newStore(t, c, opts), newStore(t, c, opts)
 	now := ratelimittest.At(5 * time.Second)
 	lim := []ratelimit.Limit{ratelimit.PerMinute(100).Fixed()}
@@ -216,7 +216,7 @@ func TestJournalRecordsLargeCycles(t *testing.T) {
 // pushed and merged.
 func TestPushBatchIsolatesABadCounter(t *testing.T) {
 	srv, c := standalone(t)
-	opts := Options{Namespace: "push-batch", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	opts := periodic("push-batch")
 	a := newStore(t, c, opts)
 	now := ratelimittest.At(5 * time.Second)
 	lim := []ratelimit.Limit{ratelimit.PerMinute(100).Fixed()}
@@ -261,7 +261,7 @@ func TestJournalEntryRoundTrip(t *testing.T) {
 // counter, and the log starts again.
 func TestJournalPartialLossMeansFullRead(t *testing.T) {
 	srv, c := standalone(t)
-	opts := Options{Namespace: "journal-partial", CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	opts := periodic("journal-partial")
 	a := newStore(t, c, opts)
 	now := ratelimittest.At(5 * time.Second)
 	take(t, a, ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{ratelimit.PerMinute(100).Fixed()}, Now: now})
@@ -283,4 +283,10 @@ func TestJournalPartialLossMeansFullRead(t *testing.T) {
 	if n := gets(t, srv) - before; n != 0 {
 		t.Fatalf("the next idle cycle ran %d reads, want 0: the log started again", n)
 	}
+}
+
+// periodic returns the options of a node in periodic mode (sync_rate 0.1)
+// whose cycles the test runs, on the caller's clock.
+func periodic(ns string) Options {
+	return Options{Namespace: ns, CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
 }

@@ -104,7 +104,8 @@ type Options struct {
 	KongLayout bool
 
 	// MaxBatch is the largest number of synchronous decisions sent in one
-	// script call; zero means 128. 1 sends every decision as its own call
+	// batch (one pipeline; one take.lua call per slot for those that need
+	// the script); zero means 128. 1 sends every decision on its own
 	// (still pipelined with the others on a shared connection).
 	MaxBatch int
 	// Batchers is the number of batches in flight at once; zero means 2.

@@ -160,7 +160,8 @@ func TestRedisHoldsTheCounters(t *testing.T) {
 func testWindowKey(s *Store, key string, l ratelimit.Limit, now time.Time) string {
 	w := l.Window.Milliseconds()
 	ms := now.UnixMilli()
-	return windowKey(s.counterKey(key, l.CounterID()), ms-ms%w)
+	cur, _ := s.windowKeys(key, l.CounterID(), ms-ms%w, w, false)
+	return cur
 }
 
 // Every window key gets a time to live: from the first node that counts

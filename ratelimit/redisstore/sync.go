@@ -53,6 +53,27 @@ type syncItem struct {
 	expires int64
 }
 
+// item returns counter k, held in e, as a sync item without its waiting
+// hits.
+func (e *entry) item(k lkey) syncItem {
+	return syncItem{key: k.key, id: k.id, lim: e.lim, start: e.c.Start, expires: e.expires}
+}
+
+// takeItem returns counter k, held in e, as a sync item with the hits
+// waiting to be pushed, which it hands over.
+func (e *entry) takeItem(k lkey) syncItem {
+	it := e.item(k)
+	it.p = e.pend
+	e.pend, e.dirty = [2]pend{}, false
+	return it
+}
+
+// resetDirty empties the shard's dirty list once its counters were taken.
+func (sh *lshard) resetDirty() {
+	clear(sh.dirty)
+	sh.dirty = sh.dirty[:0]
+}
+
 // snapshot drops expired counters, takes the hits waiting to be pushed and
 // returns every live counter.
 func (l *local) snapshot(now time.Time) []syncItem {
@@ -62,11 +83,9 @@ func (l *local) snapshot(now time.Time) []syncItem {
 		sh := &l.shards[i]
 		sh.mu.Lock()
 		sh.liveCounters(ns, func(k lkey, e *entry) {
-			out = append(out, syncItem{key: k.key, id: k.id, lim: e.lim, p: e.pend, start: e.c.Start, expires: e.expires})
-			e.pend, e.dirty = [2]pend{}, false
+			out = append(out, e.takeItem(k))
 		})
-		clear(sh.dirty)
-		sh.dirty = sh.dirty[:0]
+		sh.resetDirty()
 		sh.mu.Unlock()
 	}
 	return out
@@ -81,12 +100,10 @@ func (l *local) takeDirty() []syncItem {
 		sh.mu.Lock()
 		for _, k := range sh.dirty {
 			if e := sh.m[k]; e != nil && e.dirty {
-				out = append(out, syncItem{key: k.key, id: k.id, lim: e.lim, p: e.pend, start: e.c.Start, expires: e.expires})
-				e.pend, e.dirty = [2]pend{}, false
+				out = append(out, e.takeItem(k))
 			}
 		}
-		clear(sh.dirty)
-		sh.dirty = sh.dirty[:0]
+		sh.resetDirty()
 		sh.mu.Unlock()
 	}
 	return out
@@ -101,7 +118,7 @@ func (l *local) live(now time.Time) []syncItem {
 		sh := &l.shards[i]
 		sh.mu.Lock()
 		sh.liveCounters(ns, func(k lkey, e *entry) {
-			out = append(out, syncItem{key: k.key, id: k.id, lim: e.lim, start: e.c.Start, expires: e.expires})
+			out = append(out, e.item(k))
 		})
 		sh.mu.Unlock()
 	}
@@ -117,7 +134,7 @@ func (l *local) holds(k lkey) (syncItem, bool) {
 	if e == nil {
 		return syncItem{}, false
 	}
-	return syncItem{key: k.key, id: k.id, lim: e.lim, start: e.c.Start, expires: e.expires}, true
+	return e.item(k), true
 }
 
 // merge replaces a local counter with the total Redis returned and adds
@@ -529,12 +546,9 @@ func (s *Store) mergeWindows(ctx context.Context, items []syncItem, wins []winPu
 			if op.k == opGetPrev {
 				key = wp.prev
 			}
-			n, err := r.AsInt64()
-			if err != nil && !rueidis.IsRedisNil(err) {
-				if v, serr := r.ToString(); serr == nil {
-					err = fmt.Errorf("%w: %s holds %q, not an integer count", ErrBadReply, key, v)
-				}
-				o.err = replyErr("GET "+key, err)
+			n, err := readCount(r, key)
+			if err != nil {
+				o.err = err
 				continue
 			}
 			if op.k == opGetCur {
