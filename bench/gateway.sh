@@ -13,6 +13,13 @@
 # Limits are never reached. Every run uses the same wrk script, which sends
 # a random X-Client header out of 100k values.
 #
+# Every server starts once, on its own port, and is warmed up once: each of
+# the 100k client ids once (bench/cmd/warmkeys), then 1 s of the load. The
+# runs then alternate between running servers: a scenario's runs measure
+# the steady state of a limiter that already holds its keys, as a
+# long-running one does, and neighbouring runs are seconds apart, so that
+# the machine's drift touches the scenarios of a round alike.
+#
 # Then, for the scenarios matching FIXED, the same rounds at a fixed request
 # rate below saturation (open loop, bench/cmd/fixedrate on vegeta): the
 # latency a proxy and its limiter add, which a saturated closed loop hides
@@ -77,8 +84,6 @@ waitport() {
   return 1
 }
 
-# stop PID: end one process this script started.
-stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
 UP_PORT=$(freeport)
 mkdir -p "$WORK/up" "$WORK/px"
@@ -97,14 +102,16 @@ http {
 }
 NGX
 
+# Each server's port (and sluice's admin port), by scenario.
+declare -A PORT ADMIN PID
 # nginx_proxy NAME LIMIT_DIRECTIVES: write a proxy config.
-PX_PORT=$(freeport)
 nginx_proxy() {
+  PORT[$1]=$(freeport)
   cat > "$WORK/px/$1.conf" <<NGX
 daemon off;
 worker_processes auto;
-pid $WORK/px/nginx.pid;
-error_log $WORK/px/error.log warn;
+pid $WORK/px/$1.pid;
+error_log $WORK/px/$1.error.log warn;
 events { worker_connections 4096; }
 http {
   access_log off;
@@ -115,7 +122,7 @@ http {
   limit_req_zone \$http_x_client zone=many:64m rate=100000000r/s;
   upstream up { server 127.0.0.1:$UP_PORT; keepalive 128; }
   server {
-    listen 127.0.0.1:$PX_PORT;
+    listen 127.0.0.1:${PORT[$1]};
     location / {
       $2
       proxy_http_version 1.1;
@@ -139,10 +146,10 @@ end
 LUA
 
 # sluice configs (Kong declarative format).
-SL_PORT=$(freeport)
-SL_ADMIN=$(freeport)
 REDIS_PORT=$(freeport)
 sluice_conf() { # NAME PLUGINS_YAML
+  PORT[$1]=$(freeport)
+  ADMIN[$1]=$(freeport)
   cat > "$WORK/$1.yml" <<YML
 _format_version: "3.0"
 services:
@@ -154,19 +161,22 @@ services:
 $2
 YML
 }
-rla() { # STRATEGY SYNC_RATE [IDENTIFIER]
+# rla STRATEGY SYNC_RATE NAMESPACE [ip]: the plugin, by X-Client (100k
+# keys) with a limit of 100000 an hour, or by client IP (one key, which the
+# whole load hits: a limit of 10^9).
+rla() {
   local ident="identifier: header
-      header_name: X-Client"
-  [ "${3:-}" = ip ] && ident="identifier: ip"
+      header_name: X-Client" limit=100000
+  [ "${4:-}" = ip ] && ident="identifier: ip" limit=1000000000
   cat <<YML
 plugins:
   - name: rate-limiting-advanced
     config:
       $ident
-      limit: [1000000000]
+      limit: [$limit]
       window_size: [3600]
       window_type: sliding
-      namespace: bench
+      namespace: $3
       strategy: $1
       sync_rate: $2
       redis:
@@ -175,10 +185,10 @@ plugins:
 YML
 }
 sluice_conf sluice-proxy ""
-sluice_conf sluice-rla-mem-1 "$(rla local -1 ip)"
-sluice_conf sluice-rla-mem "$(rla local -1)"
-sluice_conf sluice-rla-redis0 "$(rla redis 0)"
-sluice_conf sluice-rla-redis01 "$(rla redis 0.1)"
+sluice_conf sluice-rla-mem-1 "$(rla local -1 bench ip)"
+sluice_conf sluice-rla-mem "$(rla local -1 bench)"
+sluice_conf sluice-rla-redis0 "$(rla redis 0 bench0)"
+sluice_conf sluice-rla-redis01 "$(rla redis 0.1 bench01)"
 
 SCENARIOS=(nginx-proxy nginx-limit-1 nginx-limit-100k sluice-proxy sluice-rla-mem-1 sluice-rla-mem sluice-rla-redis0 sluice-rla-redis01)
 SEL=()
@@ -201,6 +211,9 @@ if [ $need_sluice = 1 ]; then
   done
 fi
 
+echo "+ (cd $ROOT/bench && go build -o $WORK/warmkeys ./cmd/warmkeys)"
+(cd "$ROOT/bench" && go build -o "$WORK/warmkeys" ./cmd/warmkeys)
+
 echo "== upstream"
 "$NGINX" -p "$WORK/up" -c "$WORK/up/nginx.conf" & PIDS+=($!)
 waitport "$UP_PORT"
@@ -214,8 +227,9 @@ WRK=(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$WORK/clients.lua")
 echo "== commands"
 echo "upstream: $NGINX -p $WORK/up -c $WORK/up/nginx.conf   (nginx return 200, 1 worker)"
 echo "nginx:    $NGINX -p $WORK/px -c $WORK/px/<scenario>.conf   (worker_processes auto: $(nproc))"
-[ $need_sluice = 1 ] && echo "sluice:   $BIN run -c $WORK/<scenario>.yml --proxy-listen 127.0.0.1:$SL_PORT --admin-listen 127.0.0.1:$SL_ADMIN --access-log=false --watch=false --log-level warn"
-echo "load:     ${WRK[*]} http://127.0.0.1:<port>/   (after a 1s warm-up)"
+[ $need_sluice = 1 ] && echo "sluice:   $BIN run -c $WORK/<scenario>.yml --proxy-listen 127.0.0.1:<port> --admin-listen 127.0.0.1:<admin port> --access-log=false --watch=false --log-level warn"
+echo "warm-up:  bench/cmd/warmkeys -url http://127.0.0.1:<port>/ -clients 100000 -connections $CONNS, then 1s of the load (once per server)"
+echo "load:     ${WRK[*]} http://127.0.0.1:<port>/"
 for s in "${SEL[@]}"; do case $s in
   nginx-*) echo "--- $s.conf (location /)"; grep -E 'limit_req |proxy_pass' "$WORK/px/$s.conf" | sed 's/^ */    /' ;;
   sluice-*) echo "--- $s.yml"; sed 's/^/    /' "$WORK/$s.yml" ;;
@@ -223,8 +237,8 @@ esac; done
 
 # decisions prints the cumulative counts of sluice's decision-time histogram
 # for rate-limiting-advanced, one "le count" line per bucket.
-decisions() {
-  curl -s "http://127.0.0.1:$SL_ADMIN/metrics" |
+decisions() { # SCENARIO
+  curl -s "http://127.0.0.1:${ADMIN[$1]}/metrics" |
     sed -nE 's/^sluice_plugin_decision_duration_seconds_bucket\{.*le="([^"]+)",plugin="rate-limiting-advanced"\} ([0-9]+)$/\1 \2/p; s/^sluice_plugin_decision_duration_seconds_bucket\{plugin="rate-limiting-advanced",le="([^"]+)"\} ([0-9]+)$/\1 \2/p'
 }
 
@@ -247,36 +261,41 @@ decisionp99() {
     }'
 }
 
-# run_one SCENARIO ROUND: start the server, warm up, measure, stop.
-run_one() {
-  local s=$1 r=$2 pid port out
+# start SCENARIO: start its server, check it, and warm it up.
+start() {
+  local s=$1 port=${PORT[$1]}
   case $s in
     nginx-*)
-      "$NGINX" -p "$WORK/px" -c "$WORK/px/$s.conf" & pid=$!; port=$PX_PORT ;;
+      "$NGINX" -p "$WORK/px" -c "$WORK/px/$s.conf" & PID[$s]=$! ;;
     sluice-*)
-      [ "$s" = sluice-rla-redis0 ] || [ "$s" = sluice-rla-redis01 ] && redis-cli -p "$REDIS_PORT" flushall >/dev/null
-      "$BIN" run -c "$WORK/$s.yml" --proxy-listen "127.0.0.1:$SL_PORT" --admin-listen "127.0.0.1:$SL_ADMIN" \
+      "$BIN" run -c "$WORK/$s.yml" --proxy-listen "127.0.0.1:$port" --admin-listen "127.0.0.1:${ADMIN[$s]}" \
         --access-log=false --watch=false --log-level warn \
-        >"$WORK/$s.log" 2>&1 & pid=$!; port=$SL_PORT ;;
+        >"$WORK/$s.log" 2>&1 & PID[$s]=$! ;;
   esac
-  waitport "$port" || { cat "$WORK/$s.log" 2>/dev/null; stop "$pid"; return 1; }
+  PIDS+=("${PID[$s]}")
+  waitport "$port" || { cat "$WORK/$s.log" 2>/dev/null; return 1; }
   # The limiter must really be in the path: its headers on a response.
   if [[ $s == *-rla-* ]] && ! curl -s -D - -o /dev/null -H 'X-Client: probe' "http://127.0.0.1:$port/" | grep -qi '^ratelimit-limit\|^x-ratelimit-limit'; then
-    echo "gateway.sh: $s answered without rate-limit headers" >&2; stop "$pid"; return 1
+    echo "gateway.sh: $s answered without rate-limit headers" >&2; return 1
   fi
+  "$WORK/warmkeys" -url "http://127.0.0.1:$port/" -clients 100000 -connections "$CONNS" >/dev/null
   wrk -t"$THREADS" -c"$CONNS" -d1s -s "$WORK/clients.lua" "http://127.0.0.1:$port/" >/dev/null
+}
+
+# run_one SCENARIO ROUND [fixed]: one measured run against its server.
+run_one() {
+  local s=$1 r=$2 pid=${PID[$1]} port=${PORT[$1]} out
   if [ "${3:-}" = fixed ]; then
     local before="" after="" dec="-"
-    [[ $s == sluice-rla-* ]] && before=$(decisions)
+    [[ $s == sluice-rla-* ]] && before=$(decisions "$s")
     if ! out=$("$WORK/fixedrate" -url "http://127.0.0.1:$port/" -rate "$RATE" -duration "$FIXED_DURATION" -connections "$CONNS"); then
-      stop "$pid"; echo "gateway.sh: $s failed at the fixed rate: $out" >&2; return 1
+      echo "gateway.sh: $s failed at the fixed rate: $out" >&2; return 1
     fi
     if [[ $s == sluice-rla-* ]]; then
-      after=$(decisions)
+      after=$(decisions "$s")
       dec=$(decisionp99 "$before" "$after")
       out="$out decision-p99-us<=${dec%%,*} decisions-within-100us=${dec#*,}"
     fi
-    stop "$pid"
     printf '%-20s round %d  fixed  %s\n' "$s" "$r" "$out"
     echo "$s $(sed -E 's/.*p50-us=([0-9]+).*p99-us=([0-9]+).*/\1 \2/' <<<"$out") $dec" >> "$WORK/fixed"
     return 0
@@ -296,7 +315,6 @@ run_one() {
       'BEGIN {printf "cpu-us/req sluice=%.1f redis=%.1f", c * 1e6 / hz / n, r * 1e6 / hz / n}')
   fi
   [ -z "$perfpid" ] || wait "$perfpid" || true
-  stop "$pid"
   if [[ $s == *-redis* ]] && [ "$(redis-cli -p "$REDIS_PORT" dbsize)" -lt 1000 ]; then
     echo "gateway.sh: $s left fewer than 1000 keys in Redis: it did not use it" >&2; return 1
   fi
@@ -330,6 +348,10 @@ order() {
   local r=$1; shift
   if (( r % 2 )); then printf '%s\n' "$@"; else printf '%s\n' "$@" | tac; fi
 }
+
+echo "== servers: starting and warming up ${SEL[*]}"
+for s in "${SEL[@]}"; do start "$s"; done
+sleep 2 # the periodic-sync servers push what their warm-up counted
 
 echo "== runs ($ROUNDS rounds; within a round the scenarios run back to back, in reverse order on even rounds)"
 : > "$WORK/results"

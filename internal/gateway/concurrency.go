@@ -341,13 +341,13 @@ func (p *concurrency) Access(x *Exchange) error {
 		return nil
 	}
 	if !p.hide {
-		x.AddResponseHeader("X-Concurrency-Limit", p.limitStr)
-		x.AddResponseHeader("X-Concurrency-Remaining", strconv.FormatInt(l.Remaining, 10))
+		x.SetResponseHeader("X-Concurrency-Limit", p.limitStr)
+		x.SetResponseHeader("X-Concurrency-Remaining", strconv.FormatInt(l.Remaining, 10))
 	}
 	if !l.Allowed {
 		if !p.hide {
 			secs := int64(math.Ceil(l.RetryAfter.Seconds()))
-			x.AddResponseHeader("Retry-After", strconv.FormatInt(max(secs, 1), 10))
+			x.SetResponseHeader("Retry-After", strconv.FormatInt(max(secs, 1), 10))
 		}
 		x.Respond(p.status, jsonType, p.body)
 		x.Outcome("sluice-concurrency", "denied")

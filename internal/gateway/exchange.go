@@ -180,14 +180,20 @@ func (x *Exchange) DelQuery(name string) {
 // SetUpstreamHeader sets a request header sent upstream.
 func (x *Exchange) SetUpstreamHeader(name, value string) { x.ctx.Request.Header.Set(name, value) }
 
-// AddResponseHeader adds a header to the response, whether it comes from
-// upstream or from a plugin. Headers keep the order they were added in.
-func (x *Exchange) AddResponseHeader(name, value string) {
+// SetResponseHeader sets a header of the response, as Kong's
+// kong.response.set_header does: it replaces a header of the same name
+// from upstream (in any case) or from an earlier call, and goes on the
+// wire with name as given ("X-RateLimit-Limit-Minute", not fasthttp's
+// "X-Ratelimit-Limit-Minute"). Headers keep the order they were first set
+// in. The name must be a valid header name and the value must not hold a
+// line break (both come from the plugins' code and config, which are
+// validated).
+func (x *Exchange) SetResponseHeader(name, value string) {
 	x.respHeaders = append(x.respHeaders, [2]string{name, value})
 }
 
 // Respond answers the request with status and body instead of proxying
-// it. Headers added with AddResponseHeader are sent too. Later plugins do
+// it. Headers set with SetResponseHeader are sent too. Later plugins do
 // not run.
 func (x *Exchange) Respond(status int, contentType string, body []byte) {
 	x.responded = true

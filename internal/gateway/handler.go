@@ -113,12 +113,15 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 			ended = g.proxy(ctx, x, start)
 		}
 	}
-	for _, h := range x.respHeaders {
-		ctx.Response.Header.Add(h[0], h[1])
+	// The plugins' headers, as set: SetCanonical keeps the name's case and
+	// skips fasthttp's normalization (a copy and a case fold per name);
+	// proxy has removed the upstream headers they replace.
+	h := &ctx.Response.Header
+	for _, kv := range x.respHeaders {
+		h.SetCanonical(bytesOf(kv[0]), bytesOf(kv[1]))
 	}
 	// Kong's latency_tokens: time spent in sluice before proxying and
 	// waiting for the upstream's headers, or answering itself.
-	h := &ctx.Response.Header
 	var num [20]byte
 	if x.proxied {
 		h.SetCanonical(hdrKongUpstreamLat, strconv.AppendInt(num[:0], x.upstreamLatency.Milliseconds(), 10))
@@ -499,6 +502,7 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) 
 	uresp.Header.CopyTo(&ctx.Response.Header)
 	rh := &ctx.Response.Header
 	delHopHeaders(rh, responseHops(rh))
+	delReplaced(rh, x.respHeaders)
 	rh.ResetConnectionClose()
 	if !uresp.IsBodyStream() {
 		ctx.Response.SetBodyRaw(append([]byte(nil), uresp.Body()...))

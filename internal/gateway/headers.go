@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/netip"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 )
@@ -168,3 +169,39 @@ func appendAddr(b []byte, a netip.Addr) []byte {
 	}
 	return a.AppendTo(b)
 }
+
+// delReplaced removes from h, a response from upstream, the headers that
+// the plugins' headers set replace: those of the same names in any case
+// (fasthttp has normalized the upstream's names, and SetCanonical, which
+// sets the plugins' headers with their own case, matches names exactly).
+// Upstreams rarely send one, so the usual cost is a scan of the names.
+func delReplaced(h *fasthttp.ResponseHeader, set [][2]string) {
+	if len(set) == 0 {
+		return
+	}
+	var found [8]string
+	n := 0
+	for k := range h.All() {
+		for _, kv := range set {
+			if equalFoldASCII(k, kv[0]) && n < len(found) {
+				found[n] = kv[0]
+				n++
+				break
+			}
+		}
+	}
+	for _, name := range found[:n] {
+		h.Del(name)
+	}
+	if n == len(found) {
+		// More than found holds (an upstream sending many of them):
+		// delete every name, which Del does for each one present.
+		for _, kv := range set {
+			h.Del(kv[0])
+		}
+	}
+}
+
+// bytesOf returns the bytes of s without copying them, for fasthttp
+// methods that only read their arguments. They must not be modified.
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }

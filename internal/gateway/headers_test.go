@@ -2,6 +2,12 @@ package gateway
 
 import (
 	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 
@@ -113,6 +119,58 @@ func TestEqualFoldASCII(t *testing.T) {
 	} {
 		if got := equalFoldASCII([]byte(c.b), c.s); got != c.want {
 			t.Errorf("equalFoldASCII(%q, %q) = %v", c.b, c.s, got)
+		}
+	}
+}
+
+// TestPluginHeadersAsKong: the rate-limiting headers go on the wire
+// spelled as Kong spells them (RLA's code: "X-RateLimit-Limit-minute",
+// spec §9), not as fasthttp would ("X-Ratelimit-Limit-Minute"), and they
+// replace the upstream's headers of the same names (any case), as
+// kong.response.set_header does; the upstream's other headers pass.
+func TestPluginHeadersAsKong(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["x-ratelimit-limit-minute"] = []string{"999"}
+		w.Header()["RATELIMIT-LIMIT"] = []string{"998", "997"}
+		w.Header().Set("X-Upstream-Limit", "1")
+		fmt.Fprint(w, "ok")
+	}))
+	defer up.Close()
+	_, base := startGateway(t, withUpstream(`
+_format_version: "3.0"
+services: [{name: s, url: UPSTREAM, routes: [{paths: [/]}]}]
+plugins:
+  - name: rate-limiting-advanced
+    config: {limit: [5], window_size: [60], window_type: fixed, sync_rate: -1}
+`, up), Options{})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprint(conn, "GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+	raw, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, _, _ := strings.Cut(string(raw), "\r\n\r\n")
+	var names []string
+	values := map[string][]string{}
+	for _, line := range strings.Split(head, "\r\n")[1:] {
+		k, v, _ := strings.Cut(line, ": ")
+		names = append(names, k)
+		values[strings.ToLower(k)] = append(values[strings.ToLower(k)], v)
+	}
+	for _, want := range []string{"X-RateLimit-Limit-minute", "X-RateLimit-Remaining-minute", "RateLimit-Limit", "RateLimit-Remaining", "RateLimit-Reset"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("no %q among the response's header names %q", want, names)
+		}
+	}
+	for name, want := range map[string]string{
+		"x-ratelimit-limit-minute": "5", "ratelimit-limit": "5", "x-ratelimit-remaining-minute": "4", "x-upstream-limit": "1",
+	} {
+		if got := values[name]; len(got) != 1 || got[0] != want {
+			t.Errorf("%s: %q, want just %q\n%s", name, got, want, head)
 		}
 	}
 }

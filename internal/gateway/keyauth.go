@@ -136,7 +136,7 @@ func (k *keyAuth) Access(x *Exchange) error {
 			k.authenticate(x, k.anonymous, "", true)
 			return
 		}
-		x.AddResponseHeader("WWW-Authenticate", k.authHeader)
+		x.SetResponseHeader("WWW-Authenticate", k.authHeader)
 		x.RespondError(401, msg)
 		x.Outcome("key-auth", "unauthorized")
 	}

@@ -166,7 +166,7 @@ func (rl *rateLimiting) Access(x *Exchange) error {
 			contentType = h.Value
 			continue
 		}
-		x.AddResponseHeader(h.Name, h.Value)
+		x.SetResponseHeader(h.Name, h.Value)
 	}
 	switch {
 	case !res.Allowed:
