@@ -17,7 +17,6 @@ import (
 
 var getCalls = regexp.MustCompile(`cmdstat_get:calls=(\d+)`)
 
-// gets returns how many GET commands srv has run.
 // gets counts the GETs Redis ran: a pull reads each fixed-window counter
 // with one GET of its window.
 func gets(t *testing.T, srv *testservers.RedisServer) int {
@@ -71,6 +70,92 @@ func TestPeriodicCycleReadsOnlyWhatChanged(t *testing.T) {
 	syncAt(t, b, now.Add(200*time.Millisecond)) // nothing changed elsewhere
 	if n := gets(t, srv) - before; n != 0 {
 		t.Fatalf("an idle cycle ran %d reads, want 0", n)
+	}
+}
+
+// Whatever the journal says, a node reads every counter it holds within
+// sweepEvery, a shard at a time: each idle counter once, and no cycle
+// reads more than a few shards' worth.
+func TestPeriodicSweepSpreadsReads(t *testing.T) {
+	srv, c := standalone(t)
+	a := newStore(t, c, periodic("periodic-sweep"))
+	now := ratelimittest.At(5 * time.Second)
+	lim := []ratelimit.Limit{ratelimit.PerHour(10).Fixed()}
+	const n = 640
+	for i := range n {
+		take(t, a, ratelimit.Request{Key: "k" + strconv.Itoa(i), Limits: lim, Now: now})
+	}
+	syncAt(t, a, now) // the first cycle reads them all
+	step := sweepEvery / time.Duration(len(a.local.shards))
+	total, most := 0, 0
+	for i := 1; i <= len(a.local.shards); i++ {
+		before := gets(t, srv)
+		syncAt(t, a, now.Add(time.Duration(i)*step))
+		reads := gets(t, srv) - before
+		total += reads
+		most = max(most, reads)
+	}
+	if total != n {
+		t.Fatalf("a sweep read %d counters, want each of the %d once", total, n)
+	}
+	if most > 4*n/len(a.local.shards) {
+		t.Fatalf("one cycle of the sweep read %d counters, more than four shards' worth (%d)", most, 4*n/len(a.local.shards))
+	}
+}
+
+// In periodic mode too, a sliding window's previous count is read until it
+// is final (the grace of synchronous mode, plus a cycle, in which other
+// nodes push what they counted before the edge); then the node keeps it,
+// and its pushes and pulls read only the current window, while decisions
+// still weigh the previous count and see the other nodes' hits.
+func TestPeriodicFinalPreviousWindowIsReadOnce(t *testing.T) {
+	srv, c := standalone(t)
+	opts := periodic("periodic-prev-final")
+	a, b := newStore(t, c, opts), newStore(t, c, opts)
+	lim := []ratelimit.Limit{ratelimit.PerMinute(10).Sliding()}
+	t0 := ratelimittest.At(0)
+	syncAt(t, a, t0) // a's first cycle: a full read of nothing
+	for range 5 {
+		take(t, b, ratelimit.Request{Key: "k", Limits: lim, Now: t0})
+	}
+	syncAt(t, b, t0)
+	t1 := t0.Add(time.Minute)
+	readsAt := func(at time.Duration) int {
+		take(t, a, ratelimit.Request{Key: "k", Limits: lim, Now: t1.Add(at)})
+		before := gets(t, srv)
+		syncAt(t, a, t1.Add(at))
+		return gets(t, srv) - before
+	}
+	readsAt(0) // also reads back the counter b pushed
+	// A minute's window: a grace of 1 s, plus the 100 ms cycle.
+	for _, at := range []time.Duration{100 * time.Millisecond, time.Second} {
+		if n := readsAt(at); n != 1 {
+			t.Fatalf("push at +%s: %d GETs, want 1 (the previous window may still change)", at, n)
+		}
+	}
+	if n := readsAt(1100 * time.Millisecond); n != 1 {
+		t.Fatalf("first push past the grace: %d GETs, want 1", n)
+	}
+	if n := readsAt(2 * time.Second); n != 0 {
+		t.Fatalf("push at +2s: %d GETs, want 0 (the final count is known)", n)
+	}
+	for range 3 {
+		take(t, b, ratelimit.Request{Key: "k", Limits: lim, Now: t1.Add(40 * time.Second)})
+	}
+	syncAt(t, b, t1.Add(40*time.Second))
+	before := gets(t, srv)
+	syncAt(t, a, t1.Add(50*time.Second))
+	if n := gets(t, srv) - before; n != 1 {
+		t.Fatalf("a's pull of b's push: %d GETs, want 1 (the current window only)", n)
+	}
+	// At +54 s: 5 x 6/60 = 0.5 of the previous window, 5 counted by a and
+	// 3 by b: 8.5, so one more call fits in 10 and the second is denied.
+	at := t1.Add(54 * time.Second)
+	for i := range 2 {
+		d := take(t, a, ratelimit.Request{Key: "k", Limits: lim, Now: at})
+		if d.Allowed != (i == 0) {
+			t.Fatalf("call %d at 8.5+%d of 10: allowed=%v (the previous window or b's calls were not weighed)", i, i, d.Allowed)
+		}
 	}
 }
 
@@ -133,7 +218,7 @@ func TestJournalIsTrimmedByAge(t *testing.T) {
 	lim := []ratelimit.Limit{ratelimit.PerHour(100).Fixed()}
 	take(t, a, ratelimit.Request{Key: "old", Limits: lim, Now: now})
 	syncAt(t, a, now)
-	later := now.Add(fullPullEvery + time.Second) // past the retention (max(10 s, 50 x 100 ms))
+	later := now.Add(journalRetention + time.Second) // past the retention (max(10 s, 50 x 100 ms))
 	take(t, b, ratelimit.Request{Key: "new", Limits: lim, Now: later})
 	syncAt(t, b, later)
 	log := a.tag + "}:journal:log"

@@ -175,7 +175,7 @@ func (s *Store) syncKong(ctx context.Context, now time.Time, items []syncItem) e
 			v[k] = x
 		}
 		it := &items[j]
-		s.local.merge(it, ratelimit.Counter{Start: windowStart(it.lim, now), Cur: v[0], Prev: v[1]}, nowUs)
+		s.local.merge(it, ratelimit.Counter{Start: windowStart(it.lim, now), Cur: v[0], Prev: v[1]}, nowUs, 0)
 	}
 	return nil
 }

@@ -50,7 +50,9 @@ type entry struct {
 	// gave its time to live (synchronous mode, incr.go), or 0.
 	expires int64
 	// final is the start of the window whose previous window's count c
-	// holds as read from Redis once final (synchronous mode, incr.go), or 0.
+	// holds as read from Redis once final, or 0: in synchronous mode
+	// (incr.go) after prevGrace, in periodic mode (sync.go) after
+	// prevGrace and a sync cycle.
 	final int64
 }
 
@@ -63,8 +65,10 @@ func newLocal() *local {
 	return l
 }
 
-func (l *local) shard(key string) *lshard {
-	return &l.shards[maphash.String(l.seed, key)%uint64(len(l.shards))]
+func (l *local) shard(key string) *lshard { return &l.shards[l.shardIndex(key)] }
+
+func (l *local) shardIndex(key string) int {
+	return int(maphash.String(l.seed, key) % uint64(len(l.shards)))
 }
 
 // take decides r on local counters. When track is set, the hits it counts

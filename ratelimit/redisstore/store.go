@@ -161,11 +161,14 @@ type Store struct {
 	syncMu sync.Mutex
 	// The periodic cycle's place in the namespace's journal (guarded by
 	// syncMu): the sequence number and epoch of its last journal call
-	// (cursor -1: none), when it last read every counter, and pushes a
-	// failed journal call left to record.
+	// (cursor -1: none), whether the next cycle must read every counter,
+	// the local shard the sweep reads next and when, and pushes a failed
+	// journal call left to record.
 	cursor      int64
 	epoch       string
-	lastFull    time.Time
+	readAll     bool
+	sweep       int
+	nextSweep   time.Time
 	unjournaled []string
 
 	decisions, localDecisions, redisCalls, redisErrors, syncs atomic.Uint64

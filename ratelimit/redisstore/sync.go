@@ -42,8 +42,9 @@ func (s *Store) loop() {
 func (s *Store) cycleTimeout() time.Duration { return max(s.opts.Timeout, time.Second) }
 
 // syncItem is one counter of a sync cycle: its waiting hits, the window
-// (or TAT) of the node's last decision on it, and the window this node
-// last gave its expiry (see entry).
+// (or TAT) of the node's last decision on it, the window this node last
+// gave its expiry, and the previous window's count when this node holds
+// it final (see entry).
 type syncItem struct {
 	key     string
 	id      uint64
@@ -51,12 +52,18 @@ type syncItem struct {
 	p       [2]pend
 	start   int64
 	expires int64
+	final   int64 // the window start whose previous count prev holds final, or 0
+	prev    int64
 }
 
 // item returns counter k, held in e, as a sync item without its waiting
 // hits.
 func (e *entry) item(k lkey) syncItem {
-	return syncItem{key: k.key, id: k.id, lim: e.lim, start: e.c.Start, expires: e.expires}
+	it := syncItem{key: k.key, id: k.id, lim: e.lim, start: e.c.Start, expires: e.expires}
+	if e.final != 0 && e.final == e.c.Start {
+		it.final, it.prev = e.final, e.c.Prev
+	}
+	return it
 }
 
 // takeItem returns counter k, held in e, as a sync item with the hits
@@ -109,6 +116,18 @@ func (l *local) takeDirty() []syncItem {
 	return out
 }
 
+// liveShard is live for the counters of shard i only.
+func (l *local) liveShard(now time.Time, i int) []syncItem {
+	var out []syncItem
+	sh := &l.shards[i]
+	sh.mu.Lock()
+	sh.liveCounters(now.UnixNano(), func(k lkey, e *entry) {
+		out = append(out, e.item(k))
+	})
+	sh.mu.Unlock()
+	return out
+}
+
 // live drops expired counters and returns the others, leaving their
 // waiting hits in place.
 func (l *local) live(now time.Time) []syncItem {
@@ -139,7 +158,11 @@ func (l *local) holds(k lkey) (syncItem, bool) {
 
 // merge replaces a local counter with the total Redis returned and adds
 // back the hits counted since the snapshot.
-func (l *local) merge(it *syncItem, remote ratelimit.Counter, nowUs int64) {
+//
+// final, when not 0, is remote.Start: remote.Prev was read from Redis once
+// the previous window was final (see prevGrace), and the node keeps it for
+// the rest of the window instead of reading it on every push.
+func (l *local) merge(it *syncItem, remote ratelimit.Counter, nowUs, final int64) {
 	sh := l.shard(it.key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -163,6 +186,9 @@ func (l *local) merge(it *syncItem, remote ratelimit.Counter, nowUs int64) {
 		}
 	}
 	e.c = c
+	if final != 0 {
+		e.final = final
+	}
 }
 
 // Sync runs one cycle at time now. With SyncRate > 0 it pushes the hits
@@ -220,11 +246,12 @@ func (s *Store) Sync(ctx context.Context, now time.Time) error {
 //
 // Kong's cycle reads every counter of the namespace (spec §2.7); reading
 // only the counters that changed in Redis gives each node the same totals
-// for a fraction of the work when most counters are idle. Every
-// fullPullEvery, and whenever the journal cannot vouch for what changed
-// (first cycle, a failed cycle, the journal lost or trimmed past this
-// node's cursor), the cycle reads every counter this node holds, as
-// Kong's does.
+// for a fraction of the work when most counters are idle. Whenever the
+// journal cannot vouch for what changed (first cycle, a failed cycle, the
+// journal lost or trimmed past this node's cursor), the cycle reads every
+// counter this node holds, as Kong's does; and a sweep reads them all
+// within every sweepEvery regardless, a shard of them every
+// sweepEvery/len(shards).
 func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 	items := s.local.takeDirty()
 	if len(items) == 0 && len(s.unjournaled) == 0 && s.local.size() == 0 {
@@ -258,15 +285,27 @@ func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 		return firstErr
 	}
 	var pull []syncItem
-	if full || now.Sub(s.lastFull) >= fullPullEvery {
+	step := sweepEvery / time.Duration(len(s.local.shards))
+	if full || s.readAll {
 		pull = s.local.live(now)
-		s.lastFull = now
+		s.readAll = false
+		s.nextSweep = now.Add(step) // every counter is fresh
 	} else {
+		swept := -1
+		if !now.Before(s.nextSweep) {
+			swept = s.sweep
+			pull = s.local.liveShard(now, swept)
+			s.sweep = (s.sweep + 1) % len(s.local.shards)
+			s.nextSweep = now.Add(step)
+		}
 		for _, m := range changed {
 			k, ok := parseJournalMember(m)
 			if !ok {
 				fail(fmt.Errorf("%w: journal member %q is not \"id:key\"", ErrBadReply, m))
 				continue
+			}
+			if s.local.shardIndex(k.key) == swept {
+				continue // read with its shard
 			}
 			if it, ok := s.local.holds(k); ok {
 				pull = append(pull, it)
@@ -279,7 +318,7 @@ func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 	if firstErr != nil {
 		// A push or read that failed may have left this node behind on
 		// counters its cursor has passed: the next cycle reads them all.
-		s.lastFull = time.Time{}
+		s.readAll = true
 	}
 	return firstErr
 }
@@ -362,7 +401,7 @@ func (s *Store) push(ctx context.Context, items []syncItem, nowArg string, nowUs
 				fail(fmt.Errorf("%w: sync.lua: %w", ErrBadReply, err))
 				continue
 			}
-			s.local.merge(&items[k], ratelimit.Counter{Start: n[0], Cur: n[1], Prev: n[2]}, nowUs)
+			s.local.merge(&items[k], ratelimit.Counter{Start: n[0], Cur: n[1], Prev: n[2]}, nowUs, 0)
 		}
 	}
 	s.mergeWindows(ctx, items, wins, ops, res[len(calls):], nowUs, fail)
@@ -423,6 +462,10 @@ type winPush struct {
 	nh        int
 	getCur    bool
 	getPrev   bool
+	// knownPrev is set when the node holds the previous window's final
+	// count (prevVal) and sends no GET for it.
+	knownPrev bool
+	prevVal   int64
 }
 
 type winHits struct {
@@ -477,6 +520,9 @@ func (s *Store) planPush(k int, it *syncItem, nowMs, minTTL int64) winPush {
 	}
 	wp.getCur = true
 	wp.getPrev = it.lim.Algorithm == ratelimit.SlidingWindow
+	if wp.getPrev && it.final == wp.s {
+		wp.getPrev, wp.knownPrev, wp.prevVal = false, true, it.prev
+	}
 	for _, h := range wp.hits[:wp.nh] {
 		switch h.start {
 		case wp.s:
@@ -515,6 +561,9 @@ func (s *Store) mergeWindows(ctx context.Context, items []syncItem, wins []winPu
 		incred [2]bool
 	}
 	out := make([]wres, len(wins))
+	for wi := range wins {
+		out[wi].p = wins[wi].prevVal // a GET or an INCRBY of the previous window replaces it
+	}
 	for j, op := range ops {
 		wp, o := &wins[op.w], &out[op.w]
 		r := res[j]
@@ -592,7 +641,14 @@ func (s *Store) mergeWindows(ctx context.Context, items []syncItem, wins []winPu
 		if it.lim.Algorithm == ratelimit.FixedWindow {
 			p = 0
 		}
-		s.local.merge(it, ratelimit.Counter{Start: wp.s, Cur: c, Prev: p}, nowUs)
+		var final int64
+		if wp.getPrev && nowUs/1000-wp.s >= prevGrace(wp.w)+s.opts.SyncRate.Milliseconds() {
+			// Read once final: past the grace for clocks, and past the
+			// cycle in which other nodes push what they counted before
+			// the edge.
+			final = wp.s
+		}
+		s.local.merge(it, ratelimit.Counter{Start: wp.s, Cur: c, Prev: p}, nowUs, final)
 		if expired != 0 {
 			s.local.markExpired(it.key, it.id, expired)
 		}
@@ -611,11 +667,19 @@ func (s *Store) mergeWindows(ctx context.Context, items []syncItem, wins []winPu
 	}
 }
 
-// fullPullEvery is how often a periodic cycle reads every counter the node
-// holds, whatever the journal says: it bounds how long a counter can stay
-// stale if a push was never journaled (a node died between the two) or the
-// journal lost writes in a failover.
-const fullPullEvery = 10 * time.Second
+// sweepEvery is how often a periodic node reads every counter it holds,
+// whatever the journal says, a shard at a time: it bounds how long a
+// counter can stay stale if a push was never journaled (a node died
+// between the two, an error of at most one cycle of that node's hits). A
+// failover that loses journal writes is detected by the journal itself,
+// and a failed cycle reads every counter at once. Spreading the sweep
+// keeps its cost (a GET per counter) flat: an idle node holding 100k
+// counters reads ~1.7k a second.
+const sweepEvery = time.Minute
+
+// journalRetention is how long the journal keeps an entry, at least: a
+// node whose cursor is older reads every counter it holds.
+const journalRetention = 10 * time.Second
 
 // maxUnjournaled bounds the pushes a node keeps to journal again after a
 // failed journal call; beyond it they are dropped and others learn of them
@@ -627,7 +691,7 @@ const maxUnjournaled = 1 << 16
 // since this node's previous call.
 func (s *Store) journal(ctx context.Context, now time.Time, nowArg string, members []string) (full bool, changed []string, err error) {
 	keys := []string{s.tag + "}:journal:log", s.tag + "}:journal:seq", s.tag + "}:journal:marks"}
-	retention := strconv.FormatInt(int64(max(fullPullEvery, 50*s.opts.SyncRate)/time.Millisecond), 10)
+	retention := strconv.FormatInt(int64(max(journalRetention, 50*s.opts.SyncRate)/time.Millisecond), 10)
 	args := []string{nowArg, strconv.FormatInt(s.cursor, 10), s.epoch, retention, encodeMembers(members)}
 	res, trips := journalScript.execMulti(ctx, s.rc, []call{{keys: keys, args: args}})
 	s.redisCalls.Add(uint64(trips))
