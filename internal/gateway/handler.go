@@ -133,7 +133,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 }
 
 func (g *Gateway) access(x *Exchange, in *instance) error {
-	t0 := time.Now()
+	t0 := time.Since(g.base)
 	n := len(x.plugins)
 	var span trace.Span
 	parent := x.Context
@@ -152,7 +152,7 @@ func (g *Gateway) access(x *Exchange, in *instance) error {
 		g.metrics.storeErrors.WithLabelValues(in.entity.Name).Inc()
 		g.log.Warn("counter store failed", "plugin", in.entity.Name, "request_id", x.RequestID(), "error", se.Error())
 	}
-	in.latency.Observe(time.Since(t0).Seconds())
+	in.latency.Observe((time.Since(g.base) - t0).Seconds())
 	outcome := "allowed"
 	if x.responded {
 		outcome = "denied"
@@ -501,8 +501,11 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) 
 	}
 	uresp.Header.CopyTo(&ctx.Response.Header)
 	rh := &ctx.Response.Header
-	delHopHeaders(rh, responseHops(rh))
-	delReplaced(rh, x.respHeaders)
+	hops, replaces := responseHops(rh, x.respHeaders)
+	delHopHeaders(rh, hops)
+	if replaces {
+		delReplaced(rh, x.respHeaders)
+	}
 	rh.ResetConnectionClose()
 	if !uresp.IsBodyStream() {
 		ctx.Response.SetBodyRaw(append([]byte(nil), uresp.Body()...))

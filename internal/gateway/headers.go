@@ -87,17 +87,29 @@ func requestHops(h *fasthttp.RequestHeader) uint {
 	return present
 }
 
-// responseHops returns which hop-by-hop headers h has. The trailers of an
-// upstream response are read with its body, after the headers are copied,
-// so All lists every header Del would see.
-func responseHops(h *fasthttp.ResponseHeader) uint {
-	var present uint
+// responseHops returns which hop-by-hop headers h has, and whether it has
+// a header that one of the plugins' headers set replaces (any case; see
+// delReplaced). The trailers of an upstream response are read with its
+// body, after the headers are copied, so All lists every header Del would
+// see.
+func responseHops(h *fasthttp.ResponseHeader, set [][2]string) (present uint, replaces bool) {
+	var lens uint64 // bit n: a name of set is n bytes long; bit 0: one is 64 or more
+	for _, kv := range set {
+		if n := len(kv[0]); n < 64 {
+			lens |= 1 << n
+		} else {
+			lens |= 1
+		}
+	}
 	for k := range h.All() {
 		if i := hopIndex(k); i >= 0 {
 			present |= 1 << i
 		}
+		if lens != 0 && !replaces && (lens&1 != 0 || len(k) < 64 && lens&(1<<len(k)) != 0) {
+			replaces = named(k, set)
+		}
 	}
-	return present
+	return present, replaces
 }
 
 // hasRequestHeader reports whether h has the header name (canonical),
@@ -174,32 +186,27 @@ func appendAddr(b []byte, a netip.Addr) []byte {
 // the plugins' headers set replace: those of the same names in any case
 // (fasthttp has normalized the upstream's names, and SetCanonical, which
 // sets the plugins' headers with their own case, matches names exactly).
-// Upstreams rarely send one, so the usual cost is a scan of the names.
+// Upstreams rarely send one: responseHops tells when to call it.
 func delReplaced(h *fasthttp.ResponseHeader, set [][2]string) {
-	if len(set) == 0 {
-		return
-	}
-	var found [8]string
-	n := 0
+	var found []string
 	for k := range h.All() {
-		for _, kv := range set {
-			if equalFoldASCII(k, kv[0]) && n < len(found) {
-				found[n] = kv[0]
-				n++
-				break
-			}
+		if named(k, set) {
+			found = append(found, string(k))
 		}
 	}
-	for _, name := range found[:n] {
+	for _, name := range found {
 		h.Del(name)
 	}
-	if n == len(found) {
-		// More than found holds (an upstream sending many of them):
-		// delete every name, which Del does for each one present.
-		for _, kv := range set {
-			h.Del(kv[0])
+}
+
+// named reports whether name is one of the names of set, in any case.
+func named(name []byte, set [][2]string) bool {
+	for _, kv := range set {
+		if equalFoldASCII(name, kv[0]) {
+			return true
 		}
 	}
+	return false
 }
 
 // bytesOf returns the bytes of s without copying them, for fasthttp

@@ -8,6 +8,7 @@ import (
 	"hash/maphash"
 	"math"
 	"math/bits"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -26,7 +27,7 @@ type Options struct {
 	// limit takes two), plus one per key that has live leases. It is
 	// enforced per shard, each holding at most MaxKeys/Shards rounded up.
 	// See Store for what happens when a shard is full. Default 1,000,000
-	// (about 100 MB at the worst point of Go's map growth).
+	// (about 128 MB at the worst point of the tables' growth).
 	MaxKeys int
 	// Shards is the number of independently locked parts of the store,
 	// rounded up to a power of two and capped at MaxKeys. More shards mean
@@ -51,12 +52,14 @@ const (
 // concurrent use; calls on keys of different shards never contend.
 //
 // Each counter (one per key and limit window, see Limit.CounterID) is a
-// 32-byte entry in a per-shard slab, found through a map from a 128-bit
-// fingerprint of the key and window to the entry's position. The store
-// keeps no copy of counter keys and no per-entry pointers: at a million
-// idle keys a key costs about 96 bytes. Two keys share a counter only if two
-// independently seeded 64-bit hashes of them both collide, a chance of
-// about 2^-128 per pair of keys: never, in practice.
+// 48-byte slot of a per-shard open-addressing table: a 128-bit fingerprint
+// of the key and window, and the counter itself, so that a decision on a
+// key among millions reads one place in memory (a map to a separate slab
+// read two, each a cache and TLB miss at that size). The store keeps no
+// copy of counter keys and no pointers: at a million idle keys a key costs
+// about 100 bytes. Two keys share a counter only if two independently
+// seeded 64-bit hashes of them both collide, a chance of about 2^-128 per
+// pair of keys: never, in practice.
 //
 // Memory is bounded in two ways. Idle entries die: a counter is dead once
 // it can no longer affect a decision (ratelimit.Counter.Expiry: two windows
@@ -94,22 +97,30 @@ var _ ratelimit.Store = (*Store)(nil)
 // shardData is what a shard holds; shard pads it to two cache lines so
 // that two shards' locks never share a line (the adjacent-line prefetcher
 // pulls lines in pairs).
-//
-// Counters live by value in a slab; the map only indexes them. A decision on
-// an existing key then updates the slab in place and never writes the map,
-// and a map slot is 24 bytes.
 type shardData struct {
-	mu    sync.Mutex
-	index map[fingerprint]uint32 // -> slab position
-	// slab holds the entries in fixed-size chunks, so that growing it
-	// never copies it nor leaves more than one chunk unused.
-	slab []*[chunkSize]entry
-	used uint32   // positions handed out so far
-	free []uint32 // positions handed out and since dropped
+	mu sync.Mutex
+	// tab holds the counters, by linear probing from the low bits of
+	// their fingerprint's second half (the first half chose the shard).
+	// Its length is a power of two (or 0), at most 3/4 of it in use.
+	// Dropping a counter leaves a tombstone, so that a slot found stays
+	// where it is until the table is rebuilt (rebuild); probes pass over
+	// tombstones and inserts reuse them.
+	tab  []slot
+	live int // counters in tab
+	used int // counters and tombstones in tab
 	// leases maps a key to its leases. A slice, not a map: Max is small in
 	// practice and a linear scan of a few ids beats hashing them.
 	leases map[string][]lease
 }
+
+// slot is one place of a shard's table: empty (fingerprint zero), a
+// tombstone (fingerprint tombstone) or a counter.
+type slot struct {
+	fp fingerprint
+	e  entry
+}
+
+var tombstone = fingerprint{0, 1}
 
 type shard struct {
 	shardData
@@ -139,41 +150,94 @@ func (s *Store) keyHash(key string) (h1, h2 uint64) {
 // fingerprintOf combines key's hashes with a counter id. Multiplying by an
 // odd constant and xoring are both one-to-one, so one key's windows never
 // share a fingerprint; two keys' fingerprints collide only if both their
-// hashes do.
+// hashes do. A first half of zero, which the empty slot and the tombstone
+// have, is made 1: a 2^-64 chance per counter of a 2^-64 collision.
 func fingerprintOf(h1, h2, id uint64) fingerprint {
-	return fingerprint{h1 ^ id*0x9e3779b97f4a7c15, h2 ^ id*0xc2b2ae3d27d4eb4f}
-}
-
-const (
-	chunkBits = 8
-	chunkSize = 1 << chunkBits
-)
-
-// at returns the entry at slab position p.
-func (sh *shard) at(p uint32) *entry { return &sh.slab[p>>chunkBits][p&(chunkSize-1)] }
-
-// put stores e in a free slab position and returns it.
-func (sh *shard) put(e entry) uint32 {
-	var p uint32
-	if n := len(sh.free); n > 0 {
-		p = sh.free[n-1]
-		sh.free = sh.free[:n-1]
-	} else {
-		if sh.used == uint32(len(sh.slab))*chunkSize {
-			sh.slab = append(sh.slab, new([chunkSize]entry))
-		}
-		p = sh.used
-		sh.used++
+	f := fingerprint{h1 ^ id*0x9e3779b97f4a7c15, h2 ^ id*0xc2b2ae3d27d4eb4f}
+	if f.a == 0 {
+		f.a = 1
 	}
-	*sh.at(p) = e
-	return p
+	return f
 }
 
-// drop deletes the fingerprint k, which points at p.
-func (sh *shard) drop(k fingerprint, p uint32) {
-	delete(sh.index, k)
-	*sh.at(p) = entry{}
-	sh.free = append(sh.free, p)
+// find returns the slot of fingerprint k in sh's table, or -1.
+func (sh *shard) find(k fingerprint) int {
+	if len(sh.tab) == 0 {
+		return -1
+	}
+	mask := uint64(len(sh.tab) - 1)
+	for i := k.b & mask; ; i = (i + 1) & mask {
+		switch sh.tab[i].fp {
+		case k:
+			return int(i)
+		case fingerprint{}:
+			return -1
+		}
+	}
+}
+
+// insert stores e under k, which sh's table does not hold, growing the
+// table first when it would be more than 3/4 in use.
+func (sh *shard) insert(k fingerprint, e entry) {
+	if (sh.used+1)*4 > len(sh.tab)*3 {
+		sh.rebuild()
+	}
+	mask := uint64(len(sh.tab) - 1)
+	for i := k.b & mask; ; i = (i + 1) & mask {
+		switch sh.tab[i].fp {
+		case fingerprint{}:
+			sh.used++
+		case tombstone:
+		default:
+			continue
+		}
+		sh.tab[i] = slot{k, e}
+		sh.live++
+		return
+	}
+}
+
+// rebuild makes sh's table anew without its tombstones, sized by
+// tableSize for one more counter than it holds: twice as large when an
+// insert found it 3/4 in use, smaller when a sweep left few counters.
+func (sh *shard) rebuild() {
+	old := sh.tab
+	sh.tab, sh.live, sh.used = make([]slot, tableSize(sh.live+1)), 0, 0
+	for i := range old {
+		if fp := old[i].fp; fp != (fingerprint{}) && fp != tombstone {
+			sh.insert(fp, old[i].e)
+		}
+	}
+}
+
+// tableSize is the size of a table rebuilt for n counters: the smallest
+// power of two, at least 8, that they fill to at most 3/8.
+func tableSize(n int) int {
+	size := 8
+	for size*3 < n*8 {
+		size *= 2
+	}
+	return size
+}
+
+// tidy rebuilds sh's table after drops when it would be smaller or a
+// quarter of it is tombstones.
+func (sh *shard) tidy() {
+	if tableSize(sh.live+1) < len(sh.tab) || (sh.used-sh.live)*4 > len(sh.tab) {
+		sh.rebuild()
+	}
+}
+
+// drop deletes the counter in slot i.
+func (sh *shard) drop(i int) {
+	sh.tab[i] = slot{fp: tombstone}
+	sh.live--
+}
+
+// isLive reports whether slot i holds a counter.
+func (sh *shard) isLive(i int) bool {
+	fp := sh.tab[i].fp
+	return fp != (fingerprint{}) && fp != tombstone
 }
 
 // New returns a store configured by o, with its sweeper running. Call
@@ -200,7 +264,6 @@ func New(o Options) *Store {
 		done:     make(chan struct{}),
 	}
 	for i := range s.shards {
-		s.shards[i].index = make(map[fingerprint]uint32)
 		s.shards[i].leases = make(map[string][]lease)
 	}
 	if o.SweepInterval > 0 {
@@ -251,8 +314,8 @@ func (s *Store) Take(_ context.Context, r ratelimit.Request) (d ratelimit.Decisi
 	sh.mu.Lock()
 	missing := 0
 	for i := range r.Limits {
-		if p, ok := sh.index[fingerprintOf(h1, h2, r.Limits[i].CounterID())]; ok {
-			cs = append(cs, sh.at(p).c)
+		if p := sh.find(fingerprintOf(h1, h2, r.Limits[i].CounterID())); p >= 0 {
+			cs = append(cs, sh.tab[p].e.c)
 			pos = append(pos, int64(p))
 		} else {
 			cs = append(cs, ratelimit.Counter{})
@@ -260,37 +323,39 @@ func (s *Store) Take(_ context.Context, r ratelimit.Request) (d ratelimit.Decisi
 			missing++
 		}
 	}
-	// Eviction spares the positions found, so they stay valid.
+	// Eviction spares the slots found, and leaves tombstones: they stay
+	// where they are until an insert rebuilds the table.
 	if missing > 0 && !sh.makeRoom(missing, s.perShard, pos, now) {
 		sh.mu.Unlock()
 		return d, fmt.Errorf("memorystore: %w: no room for key %q", ratelimit.ErrStoreFull, r.Key)
 	}
 	d = ratelimit.Apply(&r, cs)
 	for i := range r.Limits {
-		e := entry{c: cs[i], exp: cs[i].Expiry(r.Limits[i])}
 		if pos[i] >= 0 {
-			*sh.at(uint32(pos[i])) = e
-			continue
+			sh.tab[pos[i]].e = entry{c: cs[i], exp: cs[i].Expiry(r.Limits[i])}
 		}
-		if e.c == (ratelimit.Counter{}) {
-			continue // nothing to remember
+	}
+	for i := range r.Limits { // after the writes in place: an insert may move every slot
+		if pos[i] >= 0 || cs[i] == (ratelimit.Counter{}) {
+			continue // written, or nothing to remember
 		}
+		e := entry{c: cs[i], exp: cs[i].Expiry(r.Limits[i])}
 		k := fingerprintOf(h1, h2, r.Limits[i].CounterID())
-		if p, ok := sh.index[k]; ok { // two limits of one window
-			*sh.at(p) = e
+		if p := sh.find(k); p >= 0 { // two limits of one window
+			sh.tab[p].e = e
 			continue
 		}
-		sh.index[k] = sh.put(e)
+		sh.insert(k, e)
 	}
 	sh.mu.Unlock()
 	return d, nil
 }
 
-// makeRoom evicts until n more entries fit in sh, sparing the slab
-// positions in spare (negative ones are ignored), and reports whether they
-// fit. sh.mu must be held.
+// makeRoom evicts until n more entries fit in sh, sparing the slots in
+// spare (negative ones are ignored), and reports whether they fit. sh.mu
+// must be held.
 func (sh *shard) makeRoom(n, limit int, spare []int64, now int64) bool {
-	for len(sh.index)+len(sh.leases)+n > limit {
+	for sh.live+len(sh.leases)+n > limit {
 		if !sh.evict(spare, now) {
 			return false
 		}
@@ -298,34 +363,37 @@ func (sh *shard) makeRoom(n, limit int, spare []int64, now int64) bool {
 	return true
 }
 
-// evict drops at least one entry of sh, sparing the slab positions in
-// spare and following the rule in Store's comment, and reports whether it
-// could. sh.mu must be held.
+// evict drops at least one entry of sh, sparing the slots in spare and
+// following the rule in Store's comment, and reports whether it could.
+// The sample is the first counters found from a random slot on. sh.mu must
+// be held.
 func (sh *shard) evict(spare []int64, now int64) bool {
-	var victim fingerprint
-	var victimPos uint32
-	victimExp := int64(0)
-	found, dropped := false, false
+	victim, victimExp := -1, int64(0)
+	dropped := false
 	seen := 0
-	for k, p := range sh.index {
-		if slices.Contains(spare, int64(p)) {
-			continue
-		}
-		if exp := sh.at(p).exp; exp <= now {
-			sh.drop(k, p)
-			dropped = true
-		} else if !found || exp < victimExp {
-			victim, victimPos, victimExp, found = k, p, exp, true
-		}
-		if seen++; seen == evictionSample {
-			break
+	if n := len(sh.tab); n > 0 {
+		start := rand.IntN(n)
+		for j := range n {
+			p := (start + j) & (n - 1)
+			if !sh.isLive(p) || slices.Contains(spare, int64(p)) {
+				continue
+			}
+			if exp := sh.tab[p].e.exp; exp <= now {
+				sh.drop(p)
+				dropped = true
+			} else if victim < 0 || exp < victimExp {
+				victim, victimExp = p, exp
+			}
+			if seen++; seen == evictionSample {
+				break
+			}
 		}
 	}
 	switch {
 	case dropped:
 		return true
-	case found:
-		sh.drop(victim, victimPos)
+	case victim >= 0:
+		sh.drop(victim)
 		return true
 	}
 	// Only spared counters and leases are left: drop lapsed lease sets.
@@ -455,7 +523,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.index) + len(sh.leases)
+		n += sh.live + len(sh.leases)
 		sh.mu.Unlock()
 	}
 	return n
@@ -492,11 +560,12 @@ func (s *Store) sweep(now int64) {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for k, p := range sh.index {
-			if sh.at(p).exp <= now {
-				sh.drop(k, p)
+		for p := range sh.tab {
+			if sh.isLive(p) && sh.tab[p].e.exp <= now {
+				sh.drop(p)
 			}
 		}
+		sh.tidy()
 		for k, ls := range sh.leases {
 			if allLapsed(ls, now) {
 				delete(sh.leases, k)

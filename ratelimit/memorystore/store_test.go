@@ -225,7 +225,7 @@ func TestSweeperNeverStopsTheWorld(t *testing.T) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
-		return len(sh.index)
+		return sh.live
 	}
 
 	last := &s.shards[shards-1]
@@ -250,5 +250,37 @@ func TestSweeperNeverStopsTheWorld(t *testing.T) {
 	<-swept
 	if n := entries(shards - 1); n != 0 {
 		t.Errorf("last shard holds %d entries after the sweep, want 0", n)
+	}
+}
+
+// A shard's table keeps every counter through its growth, through drops
+// (which leave tombstones) and through the rebuild of a sweep that left it
+// mostly tombstones, which also shrinks it.
+func TestTableKeepsCountersThroughGrowthAndSweeps(t *testing.T) {
+	s := New(Options{Shards: 1, SweepInterval: -1})
+	defer s.Close()
+	sh := &s.shards[0]
+	const n = 1000
+	for i := range n {
+		take(t, s, "live"+strconv.Itoa(i), ratelimit.PerHour(1).Fixed(), 0)
+		take(t, s, "dead"+strconv.Itoa(i), ratelimit.PerSecond(1).Fixed(), 0)
+	}
+	if sh.live != 2*n || len(sh.tab) != 8192 {
+		t.Fatalf("%d counters in a table of %d, want %d in 8192 (at most 3/8 full after growing)", sh.live, len(sh.tab), 2*n)
+	}
+	s.sweep(ratelimittest.At(time.Minute).UnixNano())
+	if sh.live != n || len(sh.tab) != 4096 {
+		t.Fatalf("after the sweep: %d counters in a table of %d, want %d in 4096", sh.live, len(sh.tab), n)
+	}
+	for i := range n {
+		if d := take(t, s, "live"+strconv.Itoa(i), ratelimit.PerHour(1).Fixed(), time.Minute); d.Allowed {
+			t.Fatalf("live%d lost its count", i)
+		}
+		if d := take(t, s, "dead"+strconv.Itoa(i), ratelimit.PerSecond(1).Fixed(), time.Minute); !d.Allowed {
+			t.Fatalf("dead%d kept a count past its expiry", i)
+		}
+	}
+	if sh.live != 2*n {
+		t.Fatalf("%d counters after the dead keys came back, want %d", sh.live, 2*n)
 	}
 }
