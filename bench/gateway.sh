@@ -236,10 +236,11 @@ for s in "${SEL[@]}"; do case $s in
 esac; done
 
 # decisions prints the cumulative counts of sluice's decision-time histogram
-# for rate-limiting-advanced, one "le count" line per bucket.
+# for rate-limiting-advanced, one "le count" line per bucket (a count of a
+# million or more comes as 1.234567e+06, which awk reads as a number).
 decisions() { # SCENARIO
   curl -s "http://127.0.0.1:${ADMIN[$1]}/metrics" |
-    sed -nE 's/^sluice_plugin_decision_duration_seconds_bucket\{.*le="([^"]+)",plugin="rate-limiting-advanced"\} ([0-9]+)$/\1 \2/p; s/^sluice_plugin_decision_duration_seconds_bucket\{plugin="rate-limiting-advanced",le="([^"]+)"\} ([0-9]+)$/\1 \2/p'
+    sed -nE 's/^sluice_plugin_decision_duration_seconds_bucket\{.*le="([^"]+)",plugin="rate-limiting-advanced"\} ([0-9.e+]+)$/\1 \2/p; s/^sluice_plugin_decision_duration_seconds_bucket\{plugin="rate-limiting-advanced",le="([^"]+)"\} ([0-9.e+]+)$/\1 \2/p'
 }
 
 # decisionp99 BEFORE AFTER prints, for the decisions made between the two
