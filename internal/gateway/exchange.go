@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -182,13 +183,19 @@ func (x *Exchange) SetUpstreamHeader(name, value string) { x.ctx.Request.Header.
 
 // SetResponseHeader sets a header of the response, as Kong's
 // kong.response.set_header does: it replaces a header of the same name
-// from upstream (in any case) or from an earlier call, and goes on the
+// (in any case) from upstream or from an earlier call, and goes on the
 // wire with name as given ("X-RateLimit-Limit-Minute", not fasthttp's
 // "X-Ratelimit-Limit-Minute"). Headers keep the order they were first set
 // in. The name must be a valid header name and the value must not hold a
 // line break (both come from the plugins' code and config, which are
 // validated).
 func (x *Exchange) SetResponseHeader(name, value string) {
+	for i := range x.respHeaders {
+		if old := x.respHeaders[i][0]; len(old) == len(name) && strings.EqualFold(old, name) {
+			x.respHeaders[i] = [2]string{name, value} // the later spelling, as Kong's later set
+			return
+		}
+	}
 	x.respHeaders = append(x.respHeaders, [2]string{name, value})
 }
 

@@ -175,3 +175,26 @@ plugins:
 		}
 	}
 }
+
+// Two plugins setting the same header in different spellings (the OSS
+// plugin's X-RateLimit-Limit-Minute, RLA's X-RateLimit-Limit-minute) send
+// it once, with the later plugin's value, as Kong's set_header does.
+func TestPluginHeadersSetOncePerName(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, "ok")
+	}))
+	defer up.Close()
+	_, base := startGateway(t, withUpstream(`
+_format_version: "3.0"
+services: [{name: s, url: UPSTREAM, routes: [{paths: [/]}]}]
+plugins:
+  - name: rate-limiting
+    config: {minute: 5, policy: local}
+  - name: rate-limiting-advanced
+    config: {limit: [100], window_size: [60], window_type: fixed, sync_rate: -1}
+`, up), Options{})
+	r := do(t, "GET", base+"/", nil)
+	if got := r.header.Values("X-Ratelimit-Limit-Minute"); len(got) != 1 {
+		t.Fatalf("X-RateLimit-Limit-Minute in any case: %q, want one value", got)
+	}
+}

@@ -26,8 +26,10 @@ type Options struct {
 	// limit window (a key checked against a per-second and a per-minute
 	// limit takes two), plus one per key that has live leases. It is
 	// enforced per shard, each holding at most MaxKeys/Shards rounded up.
-	// See Store for what happens when a shard is full. Default 1,000,000
-	// (about 128 MB at the worst point of the tables' growth).
+	// See Store for what happens when a shard is full. A shard's table
+	// never exceeds the smallest power of two at least twice its share
+	// (48-byte slots): at the default 1,000,000, 8192 slots per shard, or
+	// about 100 MB.
 	MaxKeys int
 	// Shards is the number of independently locked parts of the store,
 	// rounded up to a power of two and capped at MaxKeys. More shards mean
@@ -199,7 +201,9 @@ func (sh *shard) insert(k fingerprint, e entry) {
 
 // rebuild makes sh's table anew without its tombstones, sized by
 // tableSize for one more counter than it holds: twice as large when an
-// insert found it 3/4 in use, smaller when a sweep left few counters.
+// insert found it 3/4 in use with more than half of it counters, the same
+// size when tombstones made up the rest, smaller when a sweep left few
+// counters. Under churn at a steady number of keys it keeps its size.
 func (sh *shard) rebuild() {
 	old := sh.tab
 	sh.tab, sh.live, sh.used = make([]slot, tableSize(sh.live+1)), 0, 0
@@ -211,10 +215,11 @@ func (sh *shard) rebuild() {
 }
 
 // tableSize is the size of a table rebuilt for n counters: the smallest
-// power of two, at least 8, that they fill to at most 3/8.
+// power of two, at least 8, that they fill to at most half. A table grows
+// when 3/4 full, so it is 3/8 to 3/4 full of counters and tombstones.
 func tableSize(n int) int {
 	size := 8
-	for size*3 < n*8 {
+	for size < 2*n {
 		size *= 2
 	}
 	return size

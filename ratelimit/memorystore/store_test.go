@@ -265,12 +265,12 @@ func TestTableKeepsCountersThroughGrowthAndSweeps(t *testing.T) {
 		take(t, s, "live"+strconv.Itoa(i), ratelimit.PerHour(1).Fixed(), 0)
 		take(t, s, "dead"+strconv.Itoa(i), ratelimit.PerSecond(1).Fixed(), 0)
 	}
-	if sh.live != 2*n || len(sh.tab) != 8192 {
-		t.Fatalf("%d counters in a table of %d, want %d in 8192 (at most 3/8 full after growing)", sh.live, len(sh.tab), 2*n)
+	if sh.live != 2*n || len(sh.tab) != 4096 {
+		t.Fatalf("%d counters in a table of %d, want %d in 4096 (doubled when 3/4 full)", sh.live, len(sh.tab), 2*n)
 	}
 	s.sweep(ratelimittest.At(time.Minute).UnixNano())
-	if sh.live != n || len(sh.tab) != 4096 {
-		t.Fatalf("after the sweep: %d counters in a table of %d, want %d in 4096", sh.live, len(sh.tab), n)
+	if sh.live != n || len(sh.tab) != 2048 {
+		t.Fatalf("after the sweep: %d counters in a table of %d, want %d in 2048", sh.live, len(sh.tab), n)
 	}
 	for i := range n {
 		if d := take(t, s, "live"+strconv.Itoa(i), ratelimit.PerHour(1).Fixed(), time.Minute); d.Allowed {
@@ -282,5 +282,30 @@ func TestTableKeepsCountersThroughGrowthAndSweeps(t *testing.T) {
 	}
 	if sh.live != 2*n {
 		t.Fatalf("%d counters after the dead keys came back, want %d", sh.live, 2*n)
+	}
+}
+
+// Keys that come and go at a steady number (each new key evicting one,
+// each eviction a tombstone) keep a shard's table at the size tableSize
+// gives that number, however long the churn lasts: rebuilds clear the
+// tombstones in place.
+func TestTableKeepsItsSizeUnderChurn(t *testing.T) {
+	s := New(Options{Shards: 1, MaxKeys: 3000, SweepInterval: -1})
+	defer s.Close()
+	sh := &s.shards[0]
+	next := 0
+	churn := func(n int) {
+		for range n {
+			take(t, s, "k"+strconv.Itoa(next), ratelimit.PerHour(1).Fixed(), 0)
+			next++
+		}
+	}
+	churn(30_000)
+	if sh.live != 3000 || len(sh.tab) != tableSize(3001) {
+		t.Fatalf("after 27000 evictions: %d counters in a table of %d, want 3000 in %d", sh.live, len(sh.tab), tableSize(3001))
+	}
+	churn(30_000)
+	if len(sh.tab) != tableSize(3001) {
+		t.Fatalf("after 57000 evictions: a table of %d, want %d", len(sh.tab), tableSize(3001))
 	}
 }

@@ -106,8 +106,9 @@ func TestPeriodicSweepSpreadsReads(t *testing.T) {
 // In periodic mode too, a sliding window's previous count is read until it
 // is final (the grace of synchronous mode, plus a cycle, in which other
 // nodes push what they counted before the edge); then the node keeps it,
-// and its pushes and pulls read only the current window, while decisions
-// still weigh the previous count and see the other nodes' hits.
+// and its pushes read only the current window, while decisions still weigh
+// the previous count and see the other nodes' hits. Pulls still read both
+// windows (see TestPeriodicLatePushIntoThePreviousWindow).
 func TestPeriodicFinalPreviousWindowIsReadOnce(t *testing.T) {
 	srv, c := standalone(t)
 	opts := periodic("periodic-prev-final")
@@ -145,8 +146,8 @@ func TestPeriodicFinalPreviousWindowIsReadOnce(t *testing.T) {
 	syncAt(t, b, t1.Add(40*time.Second))
 	before := gets(t, srv)
 	syncAt(t, a, t1.Add(50*time.Second))
-	if n := gets(t, srv) - before; n != 1 {
-		t.Fatalf("a's pull of b's push: %d GETs, want 1 (the current window only)", n)
+	if n := gets(t, srv) - before; n != 2 {
+		t.Fatalf("a's pull of b's push: %d GETs, want 2 (a pull reads both windows)", n)
 	}
 	// At +54 s: 5 x 6/60 = 0.5 of the previous window, 5 counted by a and
 	// 3 by b: 8.5, so one more call fits in 10 and the second is denied.
@@ -156,6 +157,92 @@ func TestPeriodicFinalPreviousWindowIsReadOnce(t *testing.T) {
 		if d.Allowed != (i == 0) {
 			t.Fatalf("call %d at 8.5+%d of 10: allowed=%v (the previous window or b's calls were not weighed)", i, i, d.Allowed)
 		}
+	}
+}
+
+// A node that counted hits before an edge and pushes them late (its first
+// cycle after a fallback) adds them to the previous window after the
+// others hold it final: the journal tells them, and their pull reads the
+// previous window again.
+func TestPeriodicLatePushIntoThePreviousWindow(t *testing.T) {
+	_, c := standalone(t)
+	opts := periodic("periodic-late-prev")
+	a, b := newStore(t, c, opts), newStore(t, c, opts)
+	lim := []ratelimit.Limit{ratelimit.PerMinute(10).Sliding()}
+	t0 := ratelimittest.At(0)
+	syncAt(t, a, t0)
+	syncAt(t, b, t0)
+	take(t, a, ratelimit.Request{Key: "k", Limits: lim, Now: t0})
+	syncAt(t, a, t0)
+	for range 5 {
+		take(t, b, ratelimit.Request{Key: "k", Limits: lim, Now: t0.Add(50 * time.Second)})
+	}
+	t1 := t0.Add(time.Minute)
+	take(t, a, ratelimit.Request{Key: "k", Limits: lim, Now: t1.Add(2 * time.Second)})
+	syncAt(t, a, t1.Add(2*time.Second)) // a holds the previous count, 1, final
+	syncAt(t, b, t1.Add(3*time.Second)) // b pushes its 5 late
+	syncAt(t, a, t1.Add(4*time.Second))
+	// At +6 s: 6 x 54/60 = 5.4 of the previous window, 1 of this one:
+	// three more calls fit in 10.
+	allowed := 0
+	for range 10 {
+		if take(t, a, ratelimit.Request{Key: "k", Limits: lim, Now: t1.Add(6 * time.Second)}).Allowed {
+			allowed++
+		}
+	}
+	if allowed != 3 {
+		t.Fatalf("a admitted %d calls at 6.4 of 10, want 3: b's late hits in the previous window were not seen", allowed)
+	}
+}
+
+// A fixed limit of the same window as a sliding one shares its counter; a
+// push for the fixed limit alone, which does not read the previous window,
+// does not leave the sliding limit a previous count of zero.
+func TestPeriodicFixedLimitKeepsTheSlidingPreviousCount(t *testing.T) {
+	_, c := standalone(t)
+	a := newStore(t, c, periodic("periodic-fixed-sliding"))
+	sliding := []ratelimit.Limit{ratelimit.PerMinute(10).Sliding()}
+	fixed := []ratelimit.Limit{ratelimit.PerMinute(10).Fixed()}
+	t0 := ratelimittest.At(0)
+	syncAt(t, a, t0)
+	for range 8 {
+		take(t, a, ratelimit.Request{Key: "k", Limits: sliding, Now: t0})
+	}
+	syncAt(t, a, t0)
+	t1 := t0.Add(time.Minute)
+	take(t, a, ratelimit.Request{Key: "k", Limits: sliding, Now: t1.Add(2 * time.Second)})
+	syncAt(t, a, t1.Add(2*time.Second)) // the previous count, 8, final
+	take(t, a, ratelimit.Request{Key: "k", Limits: fixed, Now: t1.Add(3 * time.Second)})
+	syncAt(t, a, t1.Add(3*time.Second))
+	take(t, a, ratelimit.Request{Key: "k", Limits: sliding, Now: t1.Add(5 * time.Second)})
+	syncAt(t, a, t1.Add(5*time.Second))
+	// At +6 s: 8 x 54/60 = 7.2 of the previous window, 3 of this one:
+	// the next call would make 11.2 of 10.
+	if d := take(t, a, ratelimit.Request{Key: "k", Limits: sliding, Now: t1.Add(6 * time.Second)}); d.Allowed {
+		t.Fatal("allowed at 11.2 of 10: the previous window's 8 were forgotten")
+	}
+}
+
+// With a SyncRate longer than a sweep step, each cycle sweeps the shards
+// due since the last one: every counter is still read within sweepEvery.
+func TestPeriodicSweepKeepsUpWithALongSyncRate(t *testing.T) {
+	srv, c := standalone(t)
+	opts := periodic("periodic-sweep-slow")
+	opts.SyncRate = 10 * time.Second
+	a := newStore(t, c, opts)
+	now := ratelimittest.At(5 * time.Second)
+	lim := []ratelimit.Limit{ratelimit.PerHour(10).Fixed()}
+	const n = 640
+	for i := range n {
+		take(t, a, ratelimit.Request{Key: "k" + strconv.Itoa(i), Limits: lim, Now: now})
+	}
+	syncAt(t, a, now)
+	before := gets(t, srv)
+	for at := opts.SyncRate; at <= sweepEvery; at += opts.SyncRate {
+		syncAt(t, a, now.Add(at))
+	}
+	if got := gets(t, srv) - before; got != n {
+		t.Fatalf("the cycles of one sweepEvery read %d counters, want each of the %d once", got, n)
 	}
 }
 

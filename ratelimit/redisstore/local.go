@@ -14,8 +14,11 @@ import (
 // 0, the last totals Redis returned, so that a fallback starts from them.
 type local struct {
 	seed   maphash.Seed
-	shards [64]lshard
+	shards [localShards]lshard
 }
+
+// localShards is the number of independently locked parts of local.
+const localShards = 64
 
 type lshard struct {
 	mu     sync.Mutex

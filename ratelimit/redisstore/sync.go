@@ -159,9 +159,10 @@ func (l *local) holds(k lkey) (syncItem, bool) {
 // merge replaces a local counter with the total Redis returned and adds
 // back the hits counted since the snapshot.
 //
-// final, when not 0, is remote.Start: remote.Prev was read from Redis once
-// the previous window was final (see prevGrace), and the node keeps it for
-// the rest of the window instead of reading it on every push.
+// final is remote.Start when remote.Prev is the previous window's final
+// count (read from Redis once final, see prevGrace), which the node keeps
+// for the rest of the window instead of reading it on every push; 0
+// otherwise.
 func (l *local) merge(it *syncItem, remote ratelimit.Counter, nowUs, final int64) {
 	sh := l.shard(it.key)
 	sh.mu.Lock()
@@ -186,9 +187,7 @@ func (l *local) merge(it *syncItem, remote ratelimit.Counter, nowUs, final int64
 		}
 	}
 	e.c = c
-	if final != 0 {
-		e.final = final
-	}
+	e.final = final
 }
 
 // Sync runs one cycle at time now. With SyncRate > 0 it pushes the hits
@@ -291,12 +290,18 @@ func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 		s.readAll = false
 		s.nextSweep = now.Add(step) // every counter is fresh
 	} else {
-		swept := -1
+		// The shards due since the last cycle: one per step, so that a
+		// SyncRate longer than a step still reads every counter within
+		// sweepEvery.
+		var swept [localShards]bool
+		for n := 0; !now.Before(s.nextSweep) && n < len(swept); n++ {
+			swept[s.sweep] = true
+			pull = append(pull, s.local.liveShard(now, s.sweep)...)
+			s.sweep = (s.sweep + 1) % len(swept)
+			s.nextSweep = s.nextSweep.Add(step)
+		}
 		if !now.Before(s.nextSweep) {
-			swept = s.sweep
-			pull = s.local.liveShard(now, swept)
-			s.sweep = (s.sweep + 1) % len(s.local.shards)
-			s.nextSweep = now.Add(step)
+			s.nextSweep = now.Add(step) // a whole sweep was due: it was done
 		}
 		for _, m := range changed {
 			k, ok := parseJournalMember(m)
@@ -304,13 +309,19 @@ func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 				fail(fmt.Errorf("%w: journal member %q is not \"id:key\"", ErrBadReply, m))
 				continue
 			}
-			if s.local.shardIndex(k.key) == swept {
+			if swept[s.local.shardIndex(k.key)] {
 				continue // read with its shard
 			}
 			if it, ok := s.local.holds(k); ok {
 				pull = append(pull, it)
 			}
 		}
+	}
+	// A pull reads both windows of a sliding counter, even one whose
+	// previous count this node holds final: another node may have pushed
+	// into the previous window late (after a fallback, or a slow cycle).
+	for i := range pull {
+		pull[i].final = 0
 	}
 	if len(pull) > 0 {
 		s.push(ctx, pull, nowArg, nowUs, nil, fail)
@@ -642,7 +653,12 @@ func (s *Store) mergeWindows(ctx context.Context, items []syncItem, wins []winPu
 			p = 0
 		}
 		var final int64
-		if wp.getPrev && nowUs/1000-wp.s >= prevGrace(wp.w)+s.opts.SyncRate.Milliseconds() {
+		switch {
+		case it.lim.Algorithm == ratelimit.FixedWindow:
+			// p is 0: the counter does not hold the previous count.
+		case wp.knownPrev:
+			final = wp.s
+		case wp.getPrev && nowUs/1000-wp.s >= prevGrace(wp.w)+s.opts.SyncRate.Milliseconds():
 			// Read once final: past the grace for clocks, and past the
 			// cycle in which other nodes push what they counted before
 			// the edge.
