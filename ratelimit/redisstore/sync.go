@@ -116,6 +116,14 @@ func (l *local) takeDirty() []syncItem {
 	return out
 }
 
+// clearFinal makes a push of items read the previous window of each
+// sliding counter, whether or not the node holds it final.
+func clearFinal(items []syncItem) {
+	for i := range items {
+		items[i].final = 0
+	}
+}
+
 // liveShard is live for the counters of shard i only.
 func (l *local) liveShard(now time.Time, i int) []syncItem {
 	var out []syncItem
@@ -285,8 +293,15 @@ func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 	}
 	var pull []syncItem
 	step := sweepEvery / time.Duration(len(s.local.shards))
+	// A pull reads both windows of a sliding counter, even one whose
+	// previous count this node holds final, when the counter may have
+	// changed behind its back: another node may have pushed into the
+	// previous window late (after a fallback, or a slow cycle). The sweep,
+	// a safety net for pushes never journaled, reads a final previous
+	// count only with a journaled change.
 	if full || s.readAll {
 		pull = s.local.live(now)
+		clearFinal(pull)
 		s.readAll = false
 		s.nextSweep = now.Add(step) // every counter is fresh
 	} else {
@@ -294,15 +309,17 @@ func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 		// SyncRate longer than a step still reads every counter within
 		// sweepEvery.
 		var swept [localShards]bool
+		var sweep []syncItem
 		for n := 0; !now.Before(s.nextSweep) && n < len(swept); n++ {
 			swept[s.sweep] = true
-			pull = append(pull, s.local.liveShard(now, s.sweep)...)
+			sweep = append(sweep, s.local.liveShard(now, s.sweep)...)
 			s.sweep = (s.sweep + 1) % len(swept)
 			s.nextSweep = s.nextSweep.Add(step)
 		}
 		if !now.Before(s.nextSweep) {
 			s.nextSweep = now.Add(step) // a whole sweep was due: it was done
 		}
+		var changedSwept map[lkey]bool
 		for _, m := range changed {
 			k, ok := parseJournalMember(m)
 			if !ok {
@@ -310,18 +327,23 @@ func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 				continue
 			}
 			if swept[s.local.shardIndex(k.key)] {
-				continue // read with its shard
+				if changedSwept == nil {
+					changedSwept = map[lkey]bool{}
+				}
+				changedSwept[k] = true // read with its shard
+				continue
 			}
 			if it, ok := s.local.holds(k); ok {
 				pull = append(pull, it)
 			}
 		}
-	}
-	// A pull reads both windows of a sliding counter, even one whose
-	// previous count this node holds final: another node may have pushed
-	// into the previous window late (after a fallback, or a slow cycle).
-	for i := range pull {
-		pull[i].final = 0
+		clearFinal(pull)
+		for i := range sweep {
+			if changedSwept[lkey{sweep[i].key, sweep[i].id}] {
+				sweep[i].final = 0
+			}
+		}
+		pull = append(pull, sweep...)
 	}
 	if len(pull) > 0 {
 		s.push(ctx, pull, nowArg, nowUs, nil, fail)
