@@ -130,20 +130,15 @@ func TestEqualFoldASCII(t *testing.T) {
 // replace the upstream's headers of the same names (any case), as
 // kong.response.set_header does; the upstream's other headers pass.
 func TestPluginHeadersAsKong(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	base := gatewayWithPlugins(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header()["x-ratelimit-limit-minute"] = []string{"999"}
 		w.Header()["RATELIMIT-LIMIT"] = []string{"998", "997"}
 		w.Header().Set("X-Upstream-Limit", "1")
 		fmt.Fprint(w, "ok")
-	}))
-	defer up.Close()
-	_, base := startGateway(t, withUpstream(`
-_format_version: "3.0"
-services: [{name: s, url: UPSTREAM, routes: [{paths: [/]}]}]
-plugins:
+	}, `
   - name: rate-limiting-advanced
     config: {limit: [5], window_size: [60], window_type: fixed, sync_rate: -1}
-`, up), Options{})
+`)
 	conn, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
 		t.Fatal(err)
@@ -180,21 +175,27 @@ plugins:
 // plugin's X-RateLimit-Limit-Minute, RLA's X-RateLimit-Limit-minute) send
 // it once, with the later plugin's value, as Kong's set_header does.
 func TestPluginHeadersSetOncePerName(t *testing.T) {
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, "ok")
-	}))
-	defer up.Close()
-	_, base := startGateway(t, withUpstream(`
-_format_version: "3.0"
-services: [{name: s, url: UPSTREAM, routes: [{paths: [/]}]}]
-plugins:
+	base := gatewayWithPlugins(t, func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "ok") }, `
   - name: rate-limiting
     config: {minute: 5, policy: local}
   - name: rate-limiting-advanced
     config: {limit: [100], window_size: [60], window_type: fixed, sync_rate: -1}
-`, up), Options{})
+`)
 	r := do(t, "GET", base+"/", nil)
 	if got := r.header.Values("X-Ratelimit-Limit-Minute"); len(got) != 1 {
 		t.Fatalf("X-RateLimit-Limit-Minute in any case: %q, want one value", got)
 	}
+}
+
+// gatewayWithPlugins serves one route to an upstream answering with h,
+// with the global plugins listed in YAML, and returns the gateway's URL.
+func gatewayWithPlugins(t *testing.T, h http.HandlerFunc, plugins string) string {
+	t.Helper()
+	up := httptest.NewServer(h)
+	t.Cleanup(up.Close)
+	_, base := startGateway(t, withUpstream(`
+_format_version: "3.0"
+services: [{name: s, url: UPSTREAM, routes: [{paths: [/]}]}]
+plugins:`+plugins, up), Options{})
+	return base
 }

@@ -163,71 +163,45 @@ func TestPeriodicFinalPreviousWindowIsReadOnce(t *testing.T) {
 // A node that counted hits before an edge and pushes them late (its first
 // cycle after a fallback) adds them to the previous window after the
 // others hold it final: the journal tells them, and their pull reads the
-// previous window again.
+// previous window again, whether the pull comes from the journal alone or
+// from the sweep of the counter's shard too (the sweep keeps final
+// previous counts, but not of a counter the journal reports changed).
 func TestPeriodicLatePushIntoThePreviousWindow(t *testing.T) {
 	_, c := standalone(t)
-	opts := periodic("periodic-late-prev")
-	a, b := newStore(t, c, opts), newStore(t, c, opts)
-	lim := []ratelimit.Limit{ratelimit.PerMinute(10).Sliding()}
-	t0 := ratelimittest.At(0)
-	syncAt(t, a, t0)
-	syncAt(t, b, t0)
-	take(t, a, ratelimit.Request{Key: "k", Limits: lim, Now: t0})
-	syncAt(t, a, t0)
-	for range 5 {
-		take(t, b, ratelimit.Request{Key: "k", Limits: lim, Now: t0.Add(50 * time.Second)})
-	}
-	t1 := t0.Add(time.Minute)
-	take(t, a, ratelimit.Request{Key: "k", Limits: lim, Now: t1.Add(2 * time.Second)})
-	syncAt(t, a, t1.Add(2*time.Second)) // a holds the previous count, 1, final
-	syncAt(t, b, t1.Add(3*time.Second)) // b pushes its 5 late
-	syncAt(t, a, t1.Add(4*time.Second))
-	// At +6 s: 6 x 54/60 = 5.4 of the previous window, 1 of this one:
-	// three more calls fit in 10.
-	allowed := 0
-	for range 10 {
-		if take(t, a, ratelimit.Request{Key: "k", Limits: lim, Now: t1.Add(6 * time.Second)}).Allowed {
-			allowed++
+	for _, swept := range []bool{false, true} {
+		opts := periodic("periodic-late-prev-" + strconv.FormatBool(swept))
+		a, b := newStore(t, c, opts), newStore(t, c, opts)
+		lim := []ratelimit.Limit{ratelimit.PerMinute(10).Sliding()}
+		t0 := ratelimittest.At(0)
+		syncAt(t, a, t0)
+		syncAt(t, b, t0)
+		take(t, a, ratelimit.Request{Key: "k", Limits: lim, Now: t0})
+		syncAt(t, a, t0)
+		for range 5 {
+			take(t, b, ratelimit.Request{Key: "k", Limits: lim, Now: t0.Add(50 * time.Second)})
 		}
-	}
-	if allowed != 3 {
-		t.Fatalf("a admitted %d calls at 6.4 of 10, want 3: b's late hits in the previous window were not seen", allowed)
-	}
-}
-
-// The same, when the counter's shard is swept in the cycle that pulls the
-// change: the sweep keeps final previous counts, but not of a counter the
-// journal reports changed.
-func TestPeriodicLatePushSeenWhenItsShardIsSwept(t *testing.T) {
-	_, c := standalone(t)
-	opts := periodic("periodic-late-prev-swept")
-	a, b := newStore(t, c, opts), newStore(t, c, opts)
-	lim := []ratelimit.Limit{ratelimit.PerMinute(10).Sliding()}
-	t0 := ratelimittest.At(0)
-	syncAt(t, a, t0)
-	syncAt(t, b, t0)
-	take(t, a, ratelimit.Request{Key: "k", Limits: lim, Now: t0})
-	syncAt(t, a, t0)
-	for range 5 {
-		take(t, b, ratelimit.Request{Key: "k", Limits: lim, Now: t0.Add(50 * time.Second)})
-	}
-	t1 := t0.Add(time.Minute)
-	take(t, a, ratelimit.Request{Key: "k", Limits: lim, Now: t1.Add(2 * time.Second)})
-	syncAt(t, a, t1.Add(2*time.Second)) // a holds the previous count, 1, final
-	a.sweep = a.local.shardIndex("k")   // the shard a's sweep reads next
-	syncAt(t, b, t1.Add(3*time.Second)) // b pushes its 5 late
-	step := sweepEvery / time.Duration(len(a.local.shards))
-	syncAt(t, a, t1.Add(2*time.Second+step)) // one shard due: k's, with b's change
-	// At +6 s: 6 x 54/60 = 5.4 of the previous window, 1 of this one:
-	// three more calls fit in 10.
-	allowed := 0
-	for range 10 {
-		if take(t, a, ratelimit.Request{Key: "k", Limits: lim, Now: t1.Add(6 * time.Second)}).Allowed {
-			allowed++
+		t1 := t0.Add(time.Minute)
+		take(t, a, ratelimit.Request{Key: "k", Limits: lim, Now: t1.Add(2 * time.Second)})
+		syncAt(t, a, t1.Add(2*time.Second)) // a holds the previous count, 1, final
+		step := sweepEvery / time.Duration(len(a.local.shards))
+		pullAt := t1.Add(2*time.Second + step/2) // no shard of a's sweep is due yet
+		if swept {
+			a.sweep = a.local.shardIndex("k")     // the shard a's sweep reads next...
+			pullAt = t1.Add(2*time.Second + step) // ...and the only one due then
 		}
-	}
-	if allowed != 3 {
-		t.Fatalf("a admitted %d calls at 6.4 of 10, want 3: b's late hits in the previous window were not seen", allowed)
+		syncAt(t, b, t1.Add(2*time.Second+step/4)) // b pushes its 5 late
+		syncAt(t, a, pullAt)
+		// At +6 s: 6 x 54/60 = 5.4 of the previous window, 1 of this one:
+		// three more calls fit in 10.
+		allowed := 0
+		for range 10 {
+			if take(t, a, ratelimit.Request{Key: "k", Limits: lim, Now: t1.Add(6 * time.Second)}).Allowed {
+				allowed++
+			}
+		}
+		if allowed != 3 {
+			t.Fatalf("swept=%v: a admitted %d calls at 6.4 of 10, want 3: b's late hits in the previous window were not seen", swept, allowed)
+		}
 	}
 }
 
