@@ -36,7 +36,8 @@
 #        `perf report -i FILE` and a SLUICE binary that still exists).
 # Output: tables of medians over the rounds and the ratios issue 5 asks for;
 # each sluice closed-loop line also gives the CPU time the sluice and
-# redis-server processes spent per request (/proc/<pid>/stat).
+# redis-server processes spent per request (/proc/<pid>/stat), and with
+# Redis the commands it ran per request (INFO commandstats).
 set -euo pipefail
 
 ROUNDS=${ROUNDS:-3}
@@ -303,6 +304,7 @@ run_one() {
   fi
   local c0 r0 cpu="" perfpid=""
   if [[ $s == sluice-* ]]; then
+    [[ $s == *redis* ]] && redis-cli -p "$REDIS_PORT" config resetstat >/dev/null
     c0=$(cputicks "$pid"); r0=$(cputicks "$REDIS_PID")
     if [ -n "${PERF:-}" ]; then
       perf record -F 499 -g -o "$PERF/$s.$r.data" -p "$pid" -- sleep "$(( ${DURATION%s} - 1 ))" >/dev/null 2>&1 &
@@ -314,6 +316,15 @@ run_one() {
     cpu=$(awk -v c="$(( $(cputicks "$pid") - c0 ))" -v r="$(( $(cputicks "$REDIS_PID") - r0 ))" \
       -v n="$(awk '/requests in/ {print $1}' <<<"$out")" -v hz="$(getconf CLK_TCK)" \
       'BEGIN {printf "cpu-us/req sluice=%.1f redis=%.1f", c * 1e6 / hz / n, r * 1e6 / hz / n}')
+    if [[ $s == *redis* ]]; then
+      # Commands Redis ran per request (INFO commandstats, reset before the
+      # run; every call, whatever the command, including those of the other
+      # Redis scenario's idle server: its sweep).
+      cpu="$cpu $(redis-cli -p "$REDIS_PORT" info commandstats | tr -d '\r' |
+        awk -F'[=,:]' -v n="$(awk '/requests in/ {print $1}' <<<"$out")" \
+          '/^cmdstat_/ && $1 != "cmdstat_config|resetstat" {split($1, a, "_"); c[a[2]] += $3; t += $3}
+           END {printf "redis-cmds/req=%.2f (incrby %.2f, get %.2f)", t / n, c["incrby"] / n, c["get"] / n}')"
+    fi
   fi
   [ -z "$perfpid" ] || wait "$perfpid" || true
   if [[ $s == *-redis* ]] && [ "$(redis-cli -p "$REDIS_PORT" dbsize)" -lt 1000 ]; then

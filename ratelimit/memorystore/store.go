@@ -124,6 +124,9 @@ type slot struct {
 
 var tombstone = fingerprint{0, 1}
 
+// holds reports whether the slot holds a counter.
+func (s *slot) holds() bool { return s.fp != (fingerprint{}) && s.fp != tombstone }
+
 type shard struct {
 	shardData
 	_ [128 - unsafe.Sizeof(shardData{})%128]byte
@@ -208,8 +211,8 @@ func (sh *shard) rebuild() {
 	old := sh.tab
 	sh.tab, sh.live, sh.used = make([]slot, tableSize(sh.live+1)), 0, 0
 	for i := range old {
-		if fp := old[i].fp; fp != (fingerprint{}) && fp != tombstone {
-			sh.insert(fp, old[i].e)
+		if old[i].holds() {
+			sh.insert(old[i].fp, old[i].e)
 		}
 	}
 }
@@ -237,12 +240,6 @@ func (sh *shard) tidy() {
 func (sh *shard) drop(i int) {
 	sh.tab[i] = slot{fp: tombstone}
 	sh.live--
-}
-
-// isLive reports whether slot i holds a counter.
-func (sh *shard) isLive(i int) bool {
-	fp := sh.tab[i].fp
-	return fp != (fingerprint{}) && fp != tombstone
 }
 
 // New returns a store configured by o, with its sweeper running. Call
@@ -380,7 +377,7 @@ func (sh *shard) evict(spare []int64, now int64) bool {
 		start := rand.IntN(n)
 		for j := range n {
 			p := (start + j) & (n - 1)
-			if !sh.isLive(p) || slices.Contains(spare, int64(p)) {
+			if !sh.tab[p].holds() || slices.Contains(spare, int64(p)) {
 				continue
 			}
 			if exp := sh.tab[p].e.exp; exp <= now {
@@ -566,7 +563,7 @@ func (s *Store) sweep(now int64) {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		for p := range sh.tab {
-			if sh.isLive(p) && sh.tab[p].e.exp <= now {
+			if sh.tab[p].holds() && sh.tab[p].e.exp <= now {
 				sh.drop(p)
 			}
 		}

@@ -116,6 +116,23 @@ func (l *local) takeDirty() []syncItem {
 	return out
 }
 
+// sweepDue returns the counters of the local shards the sweep has due at
+// now, one shard per step since the last cycle (so that a SyncRate longer
+// than a step still reads every counter within sweepEvery), and which
+// shards those are.
+func (s *Store) sweepDue(now time.Time, step time.Duration) (items []syncItem, swept [localShards]bool) {
+	for n := 0; !now.Before(s.nextSweep) && n < len(swept); n++ {
+		swept[s.sweep] = true
+		items = append(items, s.local.liveShard(now, s.sweep)...)
+		s.sweep = (s.sweep + 1) % len(swept)
+		s.nextSweep = s.nextSweep.Add(step)
+	}
+	if !now.Before(s.nextSweep) {
+		s.nextSweep = now.Add(step) // a whole sweep was due: it was done
+	}
+	return items, swept
+}
+
 // clearFinal makes a push of items read the previous window of each
 // sliding counter, whether or not the node holds it final.
 func clearFinal(items []syncItem) {
@@ -305,20 +322,7 @@ func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 		s.readAll = false
 		s.nextSweep = now.Add(step) // every counter is fresh
 	} else {
-		// The shards due since the last cycle: one per step, so that a
-		// SyncRate longer than a step still reads every counter within
-		// sweepEvery.
-		var swept [localShards]bool
-		var sweep []syncItem
-		for n := 0; !now.Before(s.nextSweep) && n < len(swept); n++ {
-			swept[s.sweep] = true
-			sweep = append(sweep, s.local.liveShard(now, s.sweep)...)
-			s.sweep = (s.sweep + 1) % len(swept)
-			s.nextSweep = s.nextSweep.Add(step)
-		}
-		if !now.Before(s.nextSweep) {
-			s.nextSweep = now.Add(step) // a whole sweep was due: it was done
-		}
+		sweep, swept := s.sweepDue(now, step)
 		var changedSwept map[lkey]bool
 		for _, m := range changed {
 			k, ok := parseJournalMember(m)
@@ -671,13 +675,10 @@ func (s *Store) mergeWindows(ctx context.Context, items []syncItem, wins []winPu
 		// A count below zero (a take-back that landed after its key
 		// vanished) counts as zero.
 		c, p := max(o.c, 0), max(o.p, 0)
-		if it.lim.Algorithm == ratelimit.FixedWindow {
-			p = 0
-		}
 		var final int64
 		switch {
 		case it.lim.Algorithm == ratelimit.FixedWindow:
-			// p is 0: the counter does not hold the previous count.
+			p = 0 // and the counter does not hold the previous count
 		case wp.knownPrev:
 			final = wp.s
 		case wp.getPrev && nowUs/1000-wp.s >= prevGrace(wp.w)+s.opts.SyncRate.Milliseconds():
