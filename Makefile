@@ -8,8 +8,8 @@
 run:
 	go run ./cmd/sluice run -c examples/quickstart/kong.yml --echo 127.0.0.1:9080
 
-# The whole test suite (installs redis, etcd, wrk, nginx and staticcheck
-# when missing). CI runs exactly this.
+# The whole test suite (installs redis, etcd, wrk and nginx
+# when missing; tools come from tools/go.mod). CI runs exactly this.
 check:
 	./scripts/check
 
