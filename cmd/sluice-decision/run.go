@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/seed-008287da/sluice/internal/buildinfo"
 	"github.com/seed-008287da/sluice/internal/configsource"
 	"github.com/seed-008287da/sluice/internal/decision"
 )
@@ -24,6 +25,7 @@ type flags struct {
 	grpcListen      string
 	httpListen      string
 	check           bool
+	version         bool
 	watch           bool
 	logLevel        string
 	shutdownTimeout time.Duration
@@ -36,6 +38,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.config, "c", "", "configuration `file` (envoyproxy/ratelimit YAML plus sluice settings); required")
 	fs.StringVar(&f.grpcListen, "grpc", ":8081", "gRPC listen `address` (RateLimitService and health)")
 	fs.StringVar(&f.httpListen, "http", ":8080", "HTTP listen `address` (/v1/decide, /json, /status, /metrics); empty disables it")
+	fs.BoolVar(&f.version, "version", false, "print the version and exit")
 	fs.BoolVar(&f.check, "check", false, "validate the configuration, print every error, and exit")
 	fs.BoolVar(&f.watch, "watch", true, "reload the configuration when the file changes")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
@@ -45,6 +48,9 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if f.version {
+		return f, nil
 	}
 	if f.config == "" {
 		return nil, errors.New("-c is required")
@@ -62,6 +68,10 @@ func run(ctx context.Context, args []string, hup <-chan os.Signal, stdout, stder
 		}
 		fmt.Fprintf(stderr, "sluice-decision: %v\n", err)
 		return 2
+	}
+	if f.version {
+		fmt.Fprintf(stdout, "sluice-decision %s\n", buildinfo.String())
+		return 0
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {

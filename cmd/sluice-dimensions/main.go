@@ -13,20 +13,18 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/seed-008287da/sluice/internal/buildinfo"
 	"github.com/seed-008287da/sluice/internal/kongplugin"
 )
-
-// version is stamped by scripts/release with -ldflags "-X main.version=...".
-var version = "dev"
 
 func main() {
 	showVersion := flag.Bool("version", false, "print the version and exit")
 	flag.Parse()
 	if *showVersion {
-		fmt.Println(version)
+		fmt.Println(buildinfo.Version())
 		return
 	}
-	if err := kongplugin.Serve(version, kongplugin.DimensionsPriority, (*kongplugin.Process).NewDimensions); err != nil {
+	if err := kongplugin.Serve(buildinfo.Version(), kongplugin.DimensionsPriority, (*kongplugin.Process).NewDimensions); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -3,6 +3,8 @@
 //	sluice run -c kong.yml      serve (the default command)
 //	sluice validate kong.yml    check a configuration, print every error
 //	sluice version              print the version
+//
+// SIGHUP re-reads the configuration file; SIGINT and SIGTERM drain and stop.
 package main
 
 import (
@@ -14,7 +16,10 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args, os.Stdout, os.Stderr)
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	code := run(ctx, os.Args, hup, os.Stdout, os.Stderr)
+	signal.Stop(hup)
 	stop()
 	os.Exit(code)
 }

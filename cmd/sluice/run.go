@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/seed-008287da/sluice/internal/buildinfo"
 	"github.com/seed-008287da/sluice/internal/configsource"
 	"github.com/seed-008287da/sluice/internal/gateway"
 	"github.com/seed-008287da/sluice/internal/gateway/admin"
@@ -28,43 +28,40 @@ import (
 	"github.com/seed-008287da/sluice/policy"
 )
 
-// version is set at build time with -ldflags "-X main.version=v1.2.3".
-var version = ""
-
-func versionString() string {
-	v := version
-	if v == "" {
-		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-			v = bi.Main.Version
-		} else {
-			v = "(devel)"
-		}
-	}
-	return v
-}
-
 const usage = `Usage:
   sluice [run] -c kong.yml [flags]   serve the proxy and the admin API (default command)
   sluice validate kong.yml           check a configuration, print every error, exit 1 if invalid
-  sluice version                     print the version
+  sluice version                     print the version (also --version)
+  sluice help                        print this help (also -h, --help)
 
 Run "sluice run -h" for the flags. Every flag can also be set with an
 environment variable: SLUICE_ and the flag name in upper case with _ for -
-(SLUICE_PROXY_LISTEN=0.0.0.0:8000).
+(SLUICE_PROXY_LISTEN=0.0.0.0:8000). SIGHUP re-reads the configuration file.
 `
 
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// run is main without the process: it returns the exit code. hup delivers
+// reload requests (SIGHUP).
+func run(ctx context.Context, args []string, hup <-chan os.Signal, stdout, stderr io.Writer) int {
 	cmd, rest := "run", args[1:]
-	if len(rest) > 0 && !strings.HasPrefix(rest[0], "-") {
-		cmd, rest = rest[0], rest[1:]
+	if len(rest) > 0 {
+		switch rest[0] {
+		case "-h", "-help", "--help":
+			cmd, rest = "help", rest[1:]
+		case "-version", "--version":
+			cmd, rest = "version", rest[1:]
+		default:
+			if !strings.HasPrefix(rest[0], "-") {
+				cmd, rest = rest[0], rest[1:]
+			}
+		}
 	}
 	switch cmd {
 	case "run":
-		return runServe(ctx, rest, stdout, stderr)
+		return runServe(ctx, rest, hup, stdout, stderr)
 	case "validate":
 		return runValidate(rest, stdout, stderr)
 	case "version":
-		fmt.Fprintf(stdout, "sluice %s\n", versionString())
+		fmt.Fprintf(stdout, "sluice %s\n", buildinfo.String())
 		return 0
 	case "help":
 		fmt.Fprint(stdout, usage)
@@ -119,6 +116,7 @@ type serveFlags struct {
 	config           string
 	proxyListen      string
 	adminListen      string
+	statusListen     string
 	trustedIPs       string
 	realIPHeader     string
 	realIPRecursive  bool
@@ -145,31 +143,60 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	f := &serveFlags{}
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: sluice run -c kong.yml [flags]\n\nEvery flag can also be set with SLUICE_<FLAG> (SLUICE_PROXY_LISTEN=0.0.0.0:8000).\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	// An environment value is parsed as the flag would parse it: a
+	// malformed one is an error naming the variable, never ignored.
+	var envErrs []error
 	env := func(name, def string) string {
-		if v, ok := os.LookupEnv("SLUICE_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))); ok {
+		if v, ok := os.LookupEnv(envName(name)); ok {
 			return v
 		}
 		return def
 	}
+	envParse := func(name, def string, parse func(string) error) {
+		if err := parse(env(name, def)); err != nil {
+			envErrs = append(envErrs, fmt.Errorf("%s=%q: %w", envName(name), os.Getenv(envName(name)), err))
+		}
+	}
 	str := func(p *string, name, def, help string) { fs.StringVar(p, name, env(name, def), help) }
 	boolean := func(p *bool, name string, def bool, help string) {
-		v, err := strconv.ParseBool(env(name, strconv.FormatBool(def)))
-		if err != nil {
-			v = def
-		}
+		v := def
+		envParse(name, strconv.FormatBool(def), func(s string) (err error) {
+			if v, err = strconv.ParseBool(s); err != nil {
+				return errors.New("not a boolean (want true or false)")
+			}
+			return nil
+		})
 		fs.BoolVar(p, name, v, help)
 	}
 	dur := func(p *time.Duration, name string, def time.Duration, help string) {
-		v, err := time.ParseDuration(env(name, def.String()))
-		if err != nil {
-			v = def
-		}
+		v := def
+		envParse(name, def.String(), func(s string) (err error) {
+			if v, err = time.ParseDuration(s); err != nil {
+				return errors.New("not a duration (want e.g. 30s or 2m)")
+			}
+			return nil
+		})
 		fs.DurationVar(p, name, v, help)
+	}
+	integer := func(p *int, name string, def int, help string) {
+		v := def
+		envParse(name, strconv.Itoa(def), func(s string) (err error) {
+			if v, err = strconv.Atoi(s); err != nil {
+				return errors.New("not an integer")
+			}
+			return nil
+		})
+		fs.IntVar(p, name, v, help)
 	}
 	fs.StringVar(&f.config, "c", os.Getenv("SLUICE_CONFIG"), "declarative configuration file (YAML or JSON), watched for changes")
 	fs.StringVar(&f.config, "config", os.Getenv("SLUICE_CONFIG"), "same as -c")
 	str(&f.proxyListen, "proxy-listen", "0.0.0.0:8000", "proxy listen address")
 	str(&f.adminListen, "admin-listen", "127.0.0.1:8001", "admin API listen address (keep it on loopback); empty disables it")
+	str(&f.statusListen, "status-listen", "", "listen address of GET /status and GET /metrics alone (Kong's status_listen), for probes and Prometheus; empty disables it")
 	str(&f.trustedIPs, "trusted-ips", "", "comma-separated CIDRs whose forwarding headers are trusted (Kong's trusted_ips)")
 	str(&f.realIPHeader, "real-ip-header", clientip.XRealIP, "header holding the client address from a trusted proxy (Kong's real_ip_header)")
 	boolean(&f.realIPRecursive, "real-ip-recursive", false, "skip trusted addresses right to left in the header (Kong's real_ip_recursive)")
@@ -182,7 +209,7 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	str(&f.echo, "echo", "", "also serve a built-in echo upstream on this address (quickstart)")
 	str(&f.etcdEndpoints, "etcd-endpoints", "", "comma-separated etcd endpoints to read the configuration from")
 	str(&f.etcdKey, "etcd-key", "/sluice/kong.yml", "etcd key holding the configuration")
-	fs.IntVar(&f.maxBody, "max-body-size", gateway.DefaultMaxRequestBodySize, "largest request body in bytes")
+	integer(&f.maxBody, "max-body-size", gateway.DefaultMaxRequestBodySize, "largest request body in bytes")
 	dur(&f.readTimeout, "read-timeout", gateway.DefaultReadTimeout, "time to read a request's headers from a client")
 	dur(&f.idleTimeout, "idle-timeout", gateway.DefaultIdleTimeout, "client keep-alive idle timeout")
 	dur(&f.upstreamIdle, "upstream-idle-timeout", gateway.DefaultUpstreamIdleTimeout, "upstream keep-alive idle timeout; keep it below the upstream's")
@@ -191,6 +218,9 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	boolean(&f.otlpInsecure, "otlp-insecure", true, "send traces over plain HTTP")
 	str(&f.traceServiceName, "trace-service-name", "sluice", "service.name of the traces")
 	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if err := errors.Join(envErrs...); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -203,6 +233,12 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 		return nil, errors.New("a configuration is required: -c kong.yml or --etcd-endpoints")
 	}
 	return f, nil
+}
+
+// envName is the environment variable of a flag: SLUICE_PROXY_LISTEN for
+// proxy-listen.
+func envName(flagName string) string {
+	return "SLUICE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
 }
 
 func newLogger(f *serveFlags, w io.Writer) (*slog.Logger, error) {
@@ -220,12 +256,13 @@ func newLogger(f *serveFlags, w io.Writer) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format: want json or text, got %q", f.logFormat)
 }
 
-func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runServe(ctx context.Context, args []string, hup <-chan os.Signal, stdout, stderr io.Writer) int {
 	f, err := parseServe(args, stderr)
 	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "sluice: %v\n", err)
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
 		}
+		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return 2
 	}
 	log, err := newLogger(f, stderr)
@@ -233,14 +270,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return 2
 	}
-	if err := serve(ctx, f, log, stdout); err != nil {
+	if err := serve(ctx, f, hup, log, stdout); err != nil {
 		log.Error("sluice stopped", "error", err.Error())
 		return 1
 	}
 	return 0
 }
 
-func serve(ctx context.Context, f *serveFlags, log *slog.Logger, stdout io.Writer) error {
+func serve(ctx context.Context, f *serveFlags, hup <-chan os.Signal, log *slog.Logger, stdout io.Writer) error {
 	var trusted []string
 	if f.trustedIPs != "" {
 		trusted = strings.Split(f.trustedIPs, ",")
@@ -338,10 +375,26 @@ func serve(ctx context.Context, f *serveFlags, log *slog.Logger, stdout io.Write
 	if f.proxyProtocol {
 		pln = &proxyproto.Listener{Listener: pln}
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3) // proxy, status and admin servers
 	go func() { errc <- g.Serve(pln) }()
 	fmt.Fprintf(stdout, "proxy listening on %s\n", pln.Addr())
-	log.Info("proxy listening", "addr", pln.Addr().String(), "version", versionString())
+	log.Info("proxy listening", "addr", pln.Addr().String(), "version", buildinfo.String())
+
+	var statusSrv *http.Server
+	if f.statusListen != "" {
+		sln, err := net.Listen("tcp", f.statusListen)
+		if err != nil {
+			return fmt.Errorf("status listener: %w", err)
+		}
+		statusSrv = &http.Server{Handler: admin.StatusHandler(g), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			if err := statusSrv.Serve(sln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- err
+			}
+		}()
+		fmt.Fprintf(stdout, "status listening on %s\n", sln.Addr())
+		log.Info("status listening", "addr", sln.Addr().String())
+	}
 
 	var adminSrv *http.Server
 	if f.adminListen != "" {
@@ -349,7 +402,7 @@ func serve(ctx context.Context, f *serveFlags, log *slog.Logger, stdout io.Write
 		if err != nil {
 			return fmt.Errorf("admin listener: %w", err)
 		}
-		adminSrv = &http.Server{Handler: admin.Handler(g, admin.Options{Version: versionString()}), ReadHeaderTimeout: 10 * time.Second}
+		adminSrv = &http.Server{Handler: admin.Handler(g, admin.Options{Version: buildinfo.String()}), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := adminSrv.Serve(aln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- err
@@ -359,12 +412,19 @@ func serve(ctx context.Context, f *serveFlags, log *slog.Logger, stdout io.Write
 		log.Info("admin listening", "addr", aln.Addr().String())
 	}
 
-	select {
-	case <-ctx.Done():
-		log.Info("shutting down", "timeout", f.shutdownTimeout.String())
-	case err := <-errc:
-		if err != nil {
-			return err
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("shutting down", "timeout", f.shutdownTimeout.String())
+			break loop
+		case <-hup:
+			reloadFile(g, f, log)
+		case err := <-errc:
+			if err != nil {
+				return err
+			}
+			break loop
 		}
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
@@ -372,7 +432,28 @@ func serve(ctx context.Context, f *serveFlags, log *slog.Logger, stdout io.Write
 	if adminSrv != nil {
 		_ = adminSrv.Shutdown(sctx) // the proxy's drain is what matters
 	}
+	if statusSrv != nil {
+		_ = statusSrv.Shutdown(sctx)
+	}
 	return g.Shutdown(sctx)
+}
+
+// reloadFile applies the configuration file again on SIGHUP (systemd's
+// ExecReload). A rejected file leaves the serving configuration in force.
+func reloadFile(g *gateway.Gateway, f *serveFlags, log *slog.Logger) {
+	if f.config == "" {
+		log.Info("SIGHUP: the configuration comes from etcd; nothing to re-read")
+		return
+	}
+	data, err := os.ReadFile(f.config)
+	if err == nil {
+		err = g.Load(data, "file")
+	}
+	if err != nil {
+		log.Error("SIGHUP: configuration rejected; the previous one stays in force", "path", f.config, "error", err.Error())
+		return
+	}
+	log.Info("SIGHUP: configuration reloaded", "path", f.config)
 }
 
 // sourceName turns "file:/etc/kong.yml" into the metric label "file".

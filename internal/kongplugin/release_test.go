@@ -39,7 +39,7 @@ func TestReleaseAndDump(t *testing.T) {
 	dist := t.TempDir()
 	const version = "v1.2.0-test.1"
 	cmd := exec.Command(filepath.Join(root, "scripts/release"), version)
-	cmd.Env = append(os.Environ(), "DIST="+dist, "ARCHS=amd64")
+	cmd.Env = append(os.Environ(), "DIST="+dist, "ARCHS=amd64", "BINARIES=sluice-rate-limiting sluice-dimensions sluice-concurrency")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("scripts/release: %v\n%s", err, out)
 	}

@@ -1,7 +1,8 @@
 // Package admin is the gateway's admin API on net/http, the DB-less subset
 // of Kong's: POST /config loads a new declarative configuration, GET
 // /config returns the serving one, GET /status reports health, GET
-// /metrics exposes Prometheus metrics.
+// /metrics exposes Prometheus metrics. StatusHandler serves the last two
+// alone, for Kong's status_listen.
 package admin
 
 import (
@@ -35,6 +36,17 @@ func Handler(g *gateway.Gateway, opts Options) http.Handler {
 	mux.HandleFunc("GET /{$}", a.root)
 	mux.HandleFunc("POST /config", a.postConfig)
 	mux.HandleFunc("GET /config", a.getConfig)
+	mux.HandleFunc("GET /status", a.status)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g.Metrics().Registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// StatusHandler serves only GET /status and GET /metrics, for a listener
+// of their own (Kong's status_listen): probes and Prometheus reach them
+// without reaching the admin API.
+func StatusHandler(g *gateway.Gateway) http.Handler {
+	mux := http.NewServeMux()
+	a := &api{g: g}
 	mux.HandleFunc("GET /status", a.status)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.Metrics().Registry, promhttp.HandlerOpts{}))
 	return mux
