@@ -17,6 +17,8 @@ import (
 	"github.com/seed-008287da/sluice/policy"
 )
 
+const jsonType = "application/json; charset=utf-8"
+
 // An Exchange is one request as plugins see it: read accessors for the
 // request, the matched route, the client and the authenticated consumer,
 // and the few changes plugins make (answer the request, add response

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"net/netip"
+	"strings"
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
@@ -212,3 +213,14 @@ func named(name []byte, set [][2]string) bool {
 // bytesOf returns the bytes of s without copying them, for fasthttp
 // methods that only read their arguments. They must not be modified.
 func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// connectionTokens returns the header names listed in Connection.
+func connectionTokens(v []byte) []string {
+	var out []string
+	for part := range strings.SplitSeq(string(v), ",") {
+		if p := strings.TrimSpace(part); p != "" && !strings.EqualFold(p, "close") && !strings.EqualFold(p, "keep-alive") {
+			out = append(out, p)
+		}
+	}
+	return out
+}

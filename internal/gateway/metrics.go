@@ -2,9 +2,12 @@ package gateway
 
 import (
 	"fmt"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
 )
 
 // Metrics are the gateway's Prometheus collectors, registered on a
@@ -108,3 +111,34 @@ func (m *Metrics) RedisStateChanged(namespace string, degraded bool, _ error) {
 // Register adds further collectors (the policy registry's store state, for
 // instance) to the gateway's registry.
 func (m *Metrics) Register(c prometheus.Collector) error { return m.Registry.Register(c) }
+
+func (g *Gateway) requestCounter(gen *generation, ch *chain, r *kongconf.Route, route, service string, status int) prometheus.Counter {
+	if ch != nil {
+		for i := range ch.codes {
+			cc := ch.codes[i].Load()
+			if cc == nil {
+				break
+			}
+			if cc.code == status {
+				return cc.c
+			}
+		}
+	}
+	if gen == nil {
+		return g.metrics.requests.WithLabelValues(route, service, strconv.Itoa(status))
+	}
+	k := counterKey{r, status}
+	if c, ok := gen.counters.Load(k); ok {
+		return c.(prometheus.Counter)
+	}
+	c := g.metrics.requests.WithLabelValues(route, service, strconv.Itoa(status))
+	gen.counters.Store(k, c)
+	if ch != nil {
+		for i := range ch.codes {
+			if ch.codes[i].CompareAndSwap(nil, &codeCounter{status, c}) || ch.codes[i].Load().code == status {
+				break
+			}
+		}
+	}
+	return c
+}

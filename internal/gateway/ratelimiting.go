@@ -12,9 +12,11 @@ import (
 	"github.com/seed-008287da/sluice/policy"
 )
 
-// checker is what both rate-limiting plugins compile to.
+// checker is what both rate-limiting plugins compile to
+// (*policy.Advanced and *policy.Basic). CheckAppend writes the headers into
+// a slice the exchange reuses, so a check allocates none for them.
 type checker interface {
-	Check(ctx context.Context, r *policy.Request) (policy.Result, error)
+	CheckAppend(ctx context.Context, r *policy.Request, dst []policy.Header) (policy.Result, error)
 	Close() error
 }
 
@@ -144,13 +146,7 @@ func (rl *rateLimiting) Access(x *Exchange) error {
 			req.Groups = append(req.Groups, policy.Group{ID: g.ID, Name: g.Name})
 		}
 	}
-	var res policy.Result
-	var err error
-	if a, ok := rl.c.(*policy.Advanced); ok {
-		res, err = a.CheckAppend(x.Context, req, x.polHdr[:0]) // the usual headers, without an allocation
-	} else {
-		res, err = rl.c.Check(x.Context, req)
-	}
+	res, err := rl.c.CheckAppend(x.Context, req, x.polHdr[:0])
 	if errors.Is(err, policy.ErrInvalidQuota) {
 		// Decided on the plugin's own limits; the override is at fault,
 		// not the store.

@@ -1,0 +1,82 @@
+package gateway
+
+import (
+	"errors"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// proxy sends the request upstream and sets the response. It reports
+// whether the log phase was handed to the streamed response body (true) or
+// is left to the handler.
+func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) bool {
+	clientClose := ctx.Request.Header.ConnectionClose()
+	var limited *limitedBody
+	if cl := ctx.Request.Header.ContentLength(); ctx.Request.IsBodyStream() && (cl == 0 || cl == -2) {
+		// No body (-2 is a request without Content-Length or chunked
+		// encoding, which has none in HTTP/1.1): drop the empty stream so that the request can be
+		// retried (fasthttp never retries a request with a body stream).
+		// The server keeps its own reference to the stream.
+		ctx.Request.ResetBody()
+	}
+	if ctx.Request.IsBodyStream() && ctx.Request.Header.ContentLength() == -1 {
+		// fasthttp bounds only bodies with a Content-Length when streaming;
+		// a chunked body is cut here. The server loop keeps its own
+		// reference to the original stream and drains it.
+		limited = &limitedBody{r: ctx.Request.BodyStream(), left: int64(g.server.MaxRequestBodySize)}
+		ctx.Request.SetBodyStream(limited, -1)
+	}
+	g.prepareUpstream(ctx, x, false)
+	hc := g.upstream(x.gen, x.Service)
+	uresp := fasthttp.AcquireResponse()
+	sent := time.Now()
+	err := hc.Do(&ctx.Request, uresp)
+	x.upstreamLatency = time.Since(sent)
+	x.proxyLatency = sent.Sub(start)
+	x.proxied = err == nil
+	if clientClose {
+		defer ctx.SetConnectionClose()
+	}
+	if err != nil {
+		fasthttp.ReleaseResponse(uresp)
+		if limited != nil && limited.exceeded {
+			ctx.SetConnectionClose()
+			x.RespondError(fasthttp.StatusRequestEntityTooLarge, "Request size limit exceeded")
+			return false
+		}
+		kind, status, msg := "connect", fasthttp.StatusBadGateway, "An invalid response was received from the upstream server"
+		if isTimeout(err) || errors.Is(err, fasthttp.ErrTimeout) {
+			kind, status, msg = "timeout", fasthttp.StatusGatewayTimeout, "The upstream server is timing out"
+		}
+		g.metrics.upstreamErrors.WithLabelValues(nameOrID(x.Service.Name, x.Service.ID), kind).Inc()
+		g.log.Warn("upstream failed", "request_id", x.RequestID(), "service", x.Service.Name, "error", err.Error())
+		x.RespondError(status, msg)
+		return false
+	}
+	uresp.Header.CopyTo(&ctx.Response.Header)
+	rh := &ctx.Response.Header
+	hops, replaces := responseHops(rh, x.respHeaders)
+	delHopHeaders(rh, hops)
+	if replaces {
+		delReplaced(rh, x.respHeaders)
+	}
+	rh.ResetConnectionClose()
+	if !uresp.IsBodyStream() {
+		ctx.Response.SetBodyRaw(append([]byte(nil), uresp.Body()...))
+		fasthttp.ReleaseResponse(uresp)
+		return false
+	}
+	n := uresp.Header.ContentLength()
+	if n >= 0 && n <= maxBufferedBody {
+		bufferBody(ctx, x, uresp, n)
+		return false
+	}
+	if n < 0 {
+		n = -1 // chunked to the client, whatever framing upstream used
+	}
+	body := &upstreamBody{r: uresp.BodyStream(), resp: uresp, g: g, x: x, start: start}
+	ctx.Response.SetBodyStream(body, n)
+	ctx.Response.ImmediateHeaderFlush = true
+	return true
+}
