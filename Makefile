@@ -28,7 +28,7 @@ bench-redis:
 bench-gateway:
 	./bench/gateway.sh
 
-# Versioned tarballs of the Kong plugin binaries (linux/amd64, linux/arm64)
+# Versioned tarballs of every binary (linux/amd64, linux/arm64)
 # and SHA256SUMS in dist/: make release VERSION=v1.2.0
 release:
 	./scripts/release $(VERSION)
