@@ -218,3 +218,55 @@ func unpack(t *testing.T, tarball, member string) string {
 		return out
 	}
 }
+
+// TestAdminListenNeedsToken: an admin listener other machines can reach is
+// refused without --admin-token; with one, calls need Kong-Admin-Token.
+func TestAdminListenNeedsToken(t *testing.T) {
+	for _, addr := range []string{"0.0.0.0:0", ":0"} {
+		out, err := command(t, "run", "-c", "examples/quickstart/kong.yml", "--proxy-listen", "127.0.0.1:0", "--admin-listen", addr).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--admin-token") {
+			t.Errorf("--admin-listen %s without a token: %v\n%s", addr, err, out)
+		}
+	}
+	cmd := command(t, "run", "-c", "examples/quickstart/kong.yml", "--proxy-listen", "127.0.0.1:0", "--admin-listen", "0.0.0.0:0", "--watch=false", "--access-log=false")
+	cmd.Env = append(cmd.Env, "SLUICE_ADMIN_TOKEN=tok-123")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	sc := bufio.NewScanner(stdout)
+	var adminAddr string
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "admin listening on "); ok {
+			adminAddr = v
+			break
+		}
+	}
+	if adminAddr == "" {
+		t.Fatalf("no admin listener\n%s", stderr.String())
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	url := "http://127.0.0.1:" + adminAddr[strings.LastIndexByte(adminAddr, ':')+1:] + "/status"
+	if code, _ := httpGetBodyMust(t, url); code != 401 {
+		t.Errorf("without the token: %d, want 401", code)
+	}
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("Kong-Admin-Token", "tok-123")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Errorf("with the token: %d", res.StatusCode)
+	}
+	if strings.Contains(stderr.String(), "tok-123") {
+		t.Errorf("the token is in the log:\n%s", stderr.String())
+	}
+}

@@ -117,6 +117,8 @@ type serveFlags struct {
 	proxyListen      string
 	adminListen      string
 	statusListen     string
+	adminToken       string
+	adminHosts       string
 	trustedIPs       string
 	realIPHeader     string
 	realIPRecursive  bool
@@ -196,6 +198,8 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	fs.StringVar(&f.config, "config", os.Getenv("SLUICE_CONFIG"), "same as -c")
 	str(&f.proxyListen, "proxy-listen", "0.0.0.0:8000", "proxy listen address")
 	str(&f.adminListen, "admin-listen", "127.0.0.1:8001", "admin API listen address (keep it on loopback); empty disables it")
+	str(&f.adminToken, "admin-token", "", "token every admin call must carry in Kong-Admin-Token; required when --admin-listen is not on loopback")
+	str(&f.adminHosts, "admin-allowed-hosts", "", "comma-separated extra Host names (host:port) the admin API answers; by default only the names of its listen address")
 	str(&f.statusListen, "status-listen", "", "listen address of GET /status and GET /metrics alone (Kong's status_listen), for probes and Prometheus; empty disables it")
 	str(&f.trustedIPs, "trusted-ips", "", "comma-separated CIDRs whose forwarding headers are trusted (Kong's trusted_ips)")
 	str(&f.realIPHeader, "real-ip-header", clientip.XRealIP, "header holding the client address from a trusted proxy (Kong's real_ip_header)")
@@ -228,6 +232,9 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	}
 	if f.realIPHeader == clientip.ProxyProtocol && !f.proxyProtocol {
 		return nil, errors.New("--real-ip-header proxy_protocol needs --proxy-protocol")
+	}
+	if f.adminListen != "" && !admin.IsLoopback(f.adminListen) && f.adminToken == "" {
+		return nil, fmt.Errorf("--admin-listen %s is reachable from other machines: set --admin-token (SLUICE_ADMIN_TOKEN), or listen on loopback", f.adminListen)
 	}
 	if f.config == "" && f.etcdEndpoints == "" {
 		return nil, errors.New("a configuration is required: -c kong.yml or --etcd-endpoints")
@@ -402,7 +409,11 @@ func serve(ctx context.Context, f *serveFlags, hup <-chan os.Signal, log *slog.L
 		if err != nil {
 			return fmt.Errorf("admin listener: %w", err)
 		}
-		adminSrv = &http.Server{Handler: admin.Handler(g, admin.Options{Version: buildinfo.String()}), ReadHeaderTimeout: 10 * time.Second}
+		hosts := admin.LoopbackHosts(aln.Addr().String())
+		if hosts != nil && f.adminHosts != "" {
+			hosts = append(hosts, strings.Split(f.adminHosts, ",")...)
+		}
+		adminSrv = &http.Server{Handler: admin.Handler(g, admin.Options{Version: buildinfo.String(), Token: f.adminToken, AllowedHosts: hosts}), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := adminSrv.Serve(aln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- err

@@ -26,10 +26,23 @@ const MaxConfigSize = 32 << 20
 type Options struct {
 	// Version is reported by GET /.
 	Version string
+
+	// Token, when set, is required in the Kong-Admin-Token header of
+	// every call (compared in constant time); 401 otherwise.
+	Token string
+
+	// AllowedHosts are the Host values the API answers (host:port, as
+	// LoopbackHosts returns for the listen address); others get 421, so
+	// a page on another name resolved to this address (DNS rebinding)
+	// reaches nothing. Empty accepts any.
+	AllowedHosts []string
 }
 
 // Handler returns the admin API of g. It is safe for concurrent use;
-// concurrent POST /config calls are applied one at a time.
+// concurrent POST /config calls are applied one at a time. Calls that
+// change state are refused from another origin (Origin, Sec-Fetch-Site)
+// and need one of Kong's content types. GET /config redacts secrets
+// unless ?include_secrets=true is asked with a Token set.
 func Handler(g *gateway.Gateway, opts Options) http.Handler {
 	mux := http.NewServeMux()
 	a := &api{g: g, opts: opts}
@@ -38,7 +51,7 @@ func Handler(g *gateway.Gateway, opts Options) http.Handler {
 	mux.HandleFunc("GET /config", a.getConfig)
 	mux.HandleFunc("GET /status", a.status)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.Metrics().Registry, promhttp.HandlerOpts{}))
-	return mux
+	return newGuard(opts, mux)
 }
 
 // StatusHandler serves only GET /status and GET /metrics, for a listener
@@ -169,6 +182,21 @@ func (a *api) getConfig(w http.ResponseWriter, r *http.Request) {
 	data, source, err := a.g.Config()
 	if errors.Is(err, gateway.ErrNoConfig) {
 		writeJSON(w, http.StatusNotFound, map[string]any{"message": err.Error()})
+		return
+	}
+	switch r.URL.Query().Get("include_secrets") {
+	case "true":
+		if a.opts.Token == "" {
+			writeJSON(w, http.StatusForbidden, map[string]any{"message": "include_secrets needs an admin token (--admin-token)"})
+			return
+		}
+	case "", "false":
+		if data, err = redactConfig(data); err != nil {
+			writeJSON(w, http.StatusInternalServerError, map[string]any{"message": "redacting the configuration failed"})
+			return
+		}
+	default:
+		writeJSON(w, http.StatusBadRequest, map[string]any{"message": "include_secrets: want true or false"})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"config": string(data), "source": source})
