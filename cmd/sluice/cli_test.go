@@ -270,3 +270,31 @@ func TestAdminListenNeedsToken(t *testing.T) {
 		t.Errorf("the token is in the log:\n%s", stderr.String())
 	}
 }
+
+// TestPostConfigOwnedBySource: with a watched file, POST /config is 409
+// naming the file; with --watch=false it loads, as Kong DB-less does.
+func TestPostConfigOwnedBySource(t *testing.T) {
+	for _, tc := range []struct {
+		watch string
+		want  int
+	}{{"--watch=true", 409}, {"--watch=false", 201}} {
+		s := start(t, "-c", "examples/quickstart/kong.yml", tc.watch)
+		data, err := os.ReadFile("../../examples/quickstart/kong.yml")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := http.Post(s.admin+"/config", "application/yaml", bytes.NewReader(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != tc.want {
+			t.Errorf("%s: %d %s, want %d", tc.watch, res.StatusCode, body, tc.want)
+		}
+		if tc.want == 409 && !strings.Contains(string(body), "examples/quickstart/kong.yml") {
+			t.Errorf("the 409 does not name the file: %s", body)
+		}
+		s.stop(t)
+	}
+}

@@ -413,7 +413,7 @@ func serve(ctx context.Context, f *serveFlags, hup <-chan os.Signal, log *slog.L
 		if hosts != nil && f.adminHosts != "" {
 			hosts = append(hosts, strings.Split(f.adminHosts, ",")...)
 		}
-		adminSrv = &http.Server{Handler: admin.Handler(g, admin.Options{Version: buildinfo.String(), Token: f.adminToken, AllowedHosts: hosts}), ReadHeaderTimeout: 10 * time.Second}
+		adminSrv = &http.Server{Handler: admin.Handler(g, admin.Options{Version: buildinfo.String(), Token: f.adminToken, AllowedHosts: hosts, ManagedBy: managedBy(f)}), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := adminSrv.Serve(aln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- err
@@ -447,6 +447,18 @@ loop:
 		_ = statusSrv.Shutdown(sctx)
 	}
 	return g.Shutdown(sctx)
+}
+
+// managedBy names the source that owns the configuration, or "" when the
+// admin API may replace it (a file read once, with --watch=false).
+func managedBy(f *serveFlags) string {
+	switch {
+	case f.etcdEndpoints != "":
+		return "etcd key " + f.etcdKey
+	case f.watch:
+		return "the watched file " + f.config
+	}
+	return ""
 }
 
 // reloadFile applies the configuration file again on SIGHUP (systemd's

@@ -31,6 +31,12 @@ type Options struct {
 	// every call (compared in constant time); 401 otherwise.
 	Token string
 
+	// ManagedBy, when set, names the source the configuration comes from
+	// ("file /etc/kong.yml", "etcd key /sluice/kong.yml"): POST /config
+	// then answers 409, so the gateway never serves something other than
+	// its source says.
+	ManagedBy string
+
 	// AllowedHosts are the Host values the API answers (host:port, as
 	// LoopbackHosts returns for the listen address); others get 421, so
 	// a page on another name resolved to this address (DNS rebinding)
@@ -97,6 +103,11 @@ type fieldError struct {
 // (multipart or urlencoded, as `curl -F config=@kong.yml`), as a JSON
 // object {"config": "<yaml or json text>"}, or as the raw YAML/JSON body.
 func (a *api) postConfig(w http.ResponseWriter, r *http.Request) {
+	if a.opts.ManagedBy != "" {
+		writeJSON(w, http.StatusConflict, map[string]any{"message": "the configuration is managed by " + a.opts.ManagedBy +
+			": change it there, or run sluice with --watch=false to load configurations through the admin API"})
+		return
+	}
 	data, err := configBody(w, r)
 	if err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]any{"message": err.Error()})
@@ -172,10 +183,7 @@ func configBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 			return []byte(*wrapped.Config), nil
 		}
 	}
-	if len(strings.TrimSpace(string(body))) == 0 {
-		return nil, errors.New("empty configuration")
-	}
-	return body, nil
+	return body, nil // an empty one is rejected by Load, like any invalid one
 }
 
 func (a *api) getConfig(w http.ResponseWriter, r *http.Request) {

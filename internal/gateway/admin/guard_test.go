@@ -198,3 +198,43 @@ func TestRedactConfigFields(t *testing.T) {
 		}
 	}
 }
+
+// TestManagedConfigConflict: with the configuration owned by a watched
+// file or etcd, POST /config answers 409 naming the source and changes
+// nothing.
+func TestManagedConfigConflict(t *testing.T) {
+	srv := guarded(t, v1NoUpstream, Options{ManagedBy: "the watched file /etc/kong.yml"})
+	code, body := call(t, "POST", srv.URL+"/config", map[string]string{"Content-Type": "application/yaml"}, strings.ReplaceAll(v1NoUpstream, "name: r", "name: other"))
+	if code != 409 || !strings.Contains(body, "the watched file /etc/kong.yml") {
+		t.Errorf("%d %s, want 409 naming the file", code, body)
+	}
+	if _, body := call(t, "GET", srv.URL+"/config", nil, ""); strings.Contains(body, "other") {
+		t.Errorf("the configuration changed:\n%s", body)
+	}
+}
+
+// TestEmptyConfigRejected: an empty or malformed body gets Kong's error
+// shape and counts as a rejected reload.
+func TestEmptyConfigRejected(t *testing.T) {
+	srv := guarded(t, v1NoUpstream, Options{})
+	for _, body := range []string{"", "{"} {
+		code, out := call(t, "POST", srv.URL+"/config", map[string]string{"Content-Type": "application/yaml"}, body)
+		if code != 400 || !strings.Contains(out, `"name":"invalid declarative configuration"`) {
+			t.Errorf("%q: %d %s", body, code, out)
+		}
+	}
+	_, metrics := call(t, "GET", srv.URL+"/metrics", nil, "")
+	if !strings.Contains(metrics, `sluice_config_reloads_total{result="rejected",source="admin"} 2`) {
+		t.Errorf("rejected reloads not counted:\n%s", grepLines(metrics, "reloads"))
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
