@@ -11,10 +11,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/seed-008287da/sluice/internal/testservers"
 )
 
 func TestHelpAndVersionFlags(t *testing.T) {
@@ -297,4 +300,28 @@ func TestPostConfigOwnedBySource(t *testing.T) {
 		}
 		s.stop(t)
 	}
+}
+
+// TestBehindNginx: nginx proxy_pass in front of the gateway; the client
+// sees the gateway's 200s, then its 429 with Retry-After and the
+// rate-limit headers, never a 5xx. The client address reaches the
+// gateway in X-Real-IP from the trusted nginx.
+func TestBehindNginx(t *testing.T) {
+	s := start(t, "-c", "examples/quickstart/kong.yml", "--watch=false", "--echo", "127.0.0.1:"+freePort(t), "--trusted-ips", "127.0.0.1/32")
+	ngx := testservers.Nginx(t, "", `
+    location / {
+        proxy_pass `+s.proxy+`;
+        proxy_set_header X-Real-IP $remote_addr;
+    }`)
+	for i := 1; i <= 5; i++ {
+		res := get(t, ngx.URL()+"/echo")
+		if res.StatusCode != 200 || res.Header.Get("X-RateLimit-Remaining-Minute") != strconv.Itoa(5-i) {
+			t.Fatalf("request %d: %d %v\n%s", i, res.StatusCode, res.Header, ngx.ErrorLog())
+		}
+	}
+	res := get(t, ngx.URL()+"/echo")
+	if res.StatusCode != 429 || res.Header.Get("Retry-After") == "" || res.Header.Get("RateLimit-Remaining") != "0" {
+		t.Fatalf("6th request: %d %v", res.StatusCode, res.Header)
+	}
+	s.stop(t)
 }

@@ -82,6 +82,9 @@ type Config struct {
 	ShadowMode bool
 	// Domains are the rate limit domains, each with its descriptor tree.
 	Domains []Domain
+	// Check configures GET /check (nginx auth_request, Traefik
+	// forwardAuth); nil leaves it off.
+	Check *CheckConfig
 }
 
 // A Domain is one named descriptor tree; Envoy names it in every request.
@@ -274,6 +277,9 @@ func Parse(data []byte) (*Config, error) {
 		if len(cfg.Domains) == 0 && !top.has("domains") {
 			d.add(top.node, "", "no domains: give domain and descriptors, or domains")
 		}
+	}
+	if n := top.field("check"); n != nil {
+		cfg.Check = d.check("check", n, cfg.Domains)
 	}
 	top.done()
 	seen := map[string]bool{}

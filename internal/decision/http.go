@@ -24,6 +24,10 @@ const maxBody = 1 << 20
 //	                  OK and 429 when over limit
 //	POST /json        the same, under envoyproxy/ratelimit's path and with
 //	                  its camelCase field names
+//	GET  /check       for nginx auth_request and Traefik forwardAuth: the
+//	                  original request from the proxy's headers, 200 or
+//	                  the configured deny status with the rate-limit
+//	                  headers (see CheckConfig)
 //	GET  /status      the configuration in use and reload health
 //	GET  /metrics     Prometheus metrics (see Registry)
 //
@@ -33,6 +37,7 @@ func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/decide", func(w http.ResponseWriter, r *http.Request) { s.serveDecide(w, r, snakeJSON) })
 	mux.HandleFunc("POST /json", func(w http.ResponseWriter, r *http.Request) { s.serveDecide(w, r, camelJSON) })
+	mux.HandleFunc("/check", s.serveCheck)
 	mux.HandleFunc("GET /status", s.serveStatus)
 	mux.Handle("GET /metrics", s.metricsHandler())
 	return mux

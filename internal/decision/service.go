@@ -506,19 +506,7 @@ func clampUint32(v int64) uint32 {
 // limit: the first one over limit, else the one with the least remaining.
 // It returns nil when no descriptor had a limit.
 func headers(sts []*rlspb.RateLimitResponse_DescriptorStatus) []*corepb.HeaderValue {
-	var best *rlspb.RateLimitResponse_DescriptorStatus
-	for _, st := range sts {
-		if st.CurrentLimit == nil {
-			continue
-		}
-		if st.Code == rlspb.RateLimitResponse_OVER_LIMIT {
-			best = st
-			break
-		}
-		if best == nil || st.LimitRemaining < best.LimitRemaining {
-			best = st
-		}
-	}
+	best := closest(sts)
 	if best == nil {
 		return nil
 	}
@@ -540,6 +528,25 @@ func headers(sts []*rlspb.RateLimitResponse_DescriptorStatus) []*corepb.HeaderVa
 		{Key: "x-ratelimit-remaining", Value: strconv.FormatUint(uint64(best.LimitRemaining), 10)},
 		{Key: "x-ratelimit-reset", Value: strconv.FormatInt(secs, 10)},
 	}
+}
+
+// closest returns the status closest to its limit: the first one over
+// limit, else the one with the least remaining; nil when no descriptor had
+// a limit.
+func closest(sts []*rlspb.RateLimitResponse_DescriptorStatus) *rlspb.RateLimitResponse_DescriptorStatus {
+	var best *rlspb.RateLimitResponse_DescriptorStatus
+	for _, st := range sts {
+		if st.CurrentLimit == nil {
+			continue
+		}
+		if st.Code == rlspb.RateLimitResponse_OVER_LIMIT {
+			return st
+		}
+		if best == nil || st.LimitRemaining < best.LimitRemaining {
+			best = st
+		}
+	}
+	return best
 }
 
 // sfString formats s as a structured-field string (RFC 8941): quoted, with
