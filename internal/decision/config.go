@@ -95,8 +95,8 @@ type Domain struct {
 
 // A Descriptor matches one entry of a request descriptor: Key, and Value
 // when it is not empty. An empty Value matches any value of Key (each value
-// still has its own counter). A Value ending in "*" matches every value with
-// that prefix.
+// still has its own counter). A Value with "*" in it is a pattern: each "*"
+// matches any run of characters ("bot-*", "bar*b", "foo*bar*baz").
 type Descriptor struct {
 	Key   string
 	Value string

@@ -40,9 +40,30 @@ func compileRule(rl *RateLimit, shadow bool) *rule {
 
 type entryKey struct{ key, value string }
 
+// A wildcard value matches values by a pattern in which each "*" stands for
+// any run of characters, possibly empty: "foo*" is a prefix, "bar*b" and
+// "foo*bar*baz" match what they read as.
 type wildcard struct {
-	key, prefix string
-	next        *node
+	key  string
+	glob []string // the pattern split at each "*"
+	next *node
+}
+
+// match reports whether v matches the pattern.
+func (w *wildcard) match(v string) bool {
+	first, last := w.glob[0], w.glob[len(w.glob)-1]
+	if len(v) < len(first)+len(last) || !strings.HasPrefix(v, first) || !strings.HasSuffix(v, last) {
+		return false
+	}
+	v = v[len(first) : len(v)-len(last)]
+	for _, part := range w.glob[1 : len(w.glob)-1] {
+		i := strings.Index(v, part)
+		if i < 0 {
+			return false
+		}
+		v = v[i+len(part):]
+	}
+	return true
 }
 
 // A node is one level of a domain's descriptor tree. Keys and values are
@@ -66,8 +87,8 @@ func compileTree(descs []Descriptor) *node {
 		switch {
 		case d.Value == "":
 			n.defaults[d.Key] = child
-		case strings.HasSuffix(d.Value, "*"):
-			n.wildcards = append(n.wildcards, wildcard{key: d.Key, prefix: strings.TrimSuffix(d.Value, "*"), next: child})
+		case strings.Contains(d.Value, "*"):
+			n.wildcards = append(n.wildcards, wildcard{key: d.Key, glob: strings.Split(d.Value, "*"), next: child})
 		default:
 			n.values[entryKey{d.Key, d.Value}] = child
 		}
@@ -87,8 +108,8 @@ func (n *node) lookup(entries int, entry func(int) (string, string)) *rule {
 		k, v := entry(i)
 		next := cur.values[entryKey{k, v}]
 		if next == nil {
-			for _, w := range cur.wildcards {
-				if w.key == k && strings.HasPrefix(v, w.prefix) {
+			for i := range cur.wildcards {
+				if w := &cur.wildcards[i]; w.key == k && w.match(v) {
 					next = w.next
 					break
 				}

@@ -1,0 +1,37 @@
+package decision
+
+import "testing"
+
+// TestWildcardAnywhere: "*" matches any run of characters wherever it
+// stands in a value; a value without "*" is compared whole.
+func TestWildcardAnywhere(t *testing.T) {
+	cfg := mustParse(t, `
+domain: d
+descriptors:
+  - {key: k, value: "bar*b", rate_limit: {unit: minute, requests_per_unit: 1}}
+  - {key: k, value: "foo*bar*baz", rate_limit: {unit: minute, requests_per_unit: 2}}
+  - {key: k, value: "pre*", rate_limit: {unit: minute, requests_per_unit: 3}}
+  - {key: k, value: "*suf", rate_limit: {unit: minute, requests_per_unit: 4}}
+  - {key: k, value: "lit", rate_limit: {unit: minute, requests_per_unit: 5}}
+`)
+	tree := compileTree(cfg.Domains[0].Descriptors)
+	for _, tc := range []struct {
+		value string
+		want  uint32 // 0: no rule
+	}{
+		{"barb", 1}, {"bar-xyz-b", 1}, {"bar", 0}, {"barbx", 0},
+		{"foobarbaz", 2}, {"foo1bar2baz", 2}, {"foo-baz", 0}, {"foobazbar", 0},
+		{"pre", 3}, {"prefix", 3},
+		{"suf", 4}, {"a-suf", 4},
+		{"lit", 5}, {"lit2", 0}, {"l*t", 0},
+	} {
+		r := tree.lookup(1, func(int) (string, string) { return "k", tc.value })
+		var got uint32
+		if r != nil {
+			got = r.specs[0].RequestsPerUnit
+		}
+		if got != tc.want {
+			t.Errorf("%q: limit %d, want %d", tc.value, got, tc.want)
+		}
+	}
+}
