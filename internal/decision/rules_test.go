@@ -1,6 +1,10 @@
 package decision
 
-import "testing"
+import (
+	"context"
+	"testing"
+	"time"
+)
 
 // TestWildcardAnywhere: "*" matches any run of characters wherever it
 // stands in a value; a value without "*" is compared whole.
@@ -32,6 +36,22 @@ descriptors:
 		}
 		if got != tc.want {
 			t.Errorf("%q: limit %d, want %d", tc.value, got, tc.want)
+		}
+	}
+}
+
+// TestWholeSecondReset: duration_until_reset is in whole seconds, rounded
+// up, as envoyproxy/ratelimit answers it.
+func TestWholeSecondReset(t *testing.T) {
+	clk := newClock(t0.Add(300 * time.Millisecond)) // 10.3 s into the minute
+	svc := newService(t, "domain: d\ndescriptors: [{key: k, rate_limit: {unit: minute, requests_per_unit: 1}}, {key: z, rate_limit: {unit: minute, requests_per_unit: 0}}]\n", clk.opts())
+	for _, key := range []string{"k", "z"} {
+		resp, err := svc.Decide(context.Background(), request("d", desc(key, "v")), clk.now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := resp.Statuses[0].DurationUntilReset.AsDuration(); got != 50*time.Second {
+			t.Errorf("%s: duration_until_reset %s, want 50s", key, got)
 		}
 	}
 }

@@ -429,7 +429,7 @@ func (s *Service) check(ctx context.Context, domain string, d *rlpb.RateLimitDes
 		return &rlspb.RateLimitResponse_DescriptorStatus{
 			Code:               overCode(r),
 			CurrentLimit:       currentLimit(r.name, spec),
-			DurationUntilReset: durationpb.New(untilWindowEnd(spec.Window(), now)),
+			DurationUntilReset: durationpb.New(wholeSeconds(untilWindowEnd(spec.Window(), now))),
 		}, overOutcome(r), nil
 	}
 	dec, err := s.store.Take(ctx, ratelimit.Request{Key: counterKey(domain, d), Limits: r.limits, Cost: cost, Now: now})
@@ -450,13 +450,20 @@ func (s *Service) check(ctx context.Context, domain string, d *rlpb.RateLimitDes
 		Code:               rlspb.RateLimitResponse_OK,
 		CurrentLimit:       currentLimit(r.name, r.specs[r.index[i]]),
 		LimitRemaining:     clampUint32(ls.Remaining),
-		DurationUntilReset: durationpb.New(ls.Reset),
+		DurationUntilReset: durationpb.New(wholeSeconds(ls.Reset)),
 	}
 	if !dec.Allowed {
 		st.Code = overCode(r)
 		return st, overOutcome(r), nil
 	}
 	return st, outOK, nil
+}
+
+// wholeSeconds rounds d up to whole seconds: envoyproxy/ratelimit answers
+// duration_until_reset in whole seconds, and clients (Envoy's
+// x-ratelimit-reset, Retry-After) read it so.
+func wholeSeconds(d time.Duration) time.Duration {
+	return (d + time.Second - 1) / time.Second * time.Second
 }
 
 func overOutcome(r *rule) outcome {
