@@ -14,14 +14,16 @@ import (
 
 // NewGRPCServer returns a gRPC server serving s as
 // envoy.service.ratelimit.v3.RateLimitService and the standard health
-// service (grpc.health.v1.Health, reporting SERVING for "" and for the rate
-// limit service). opts are passed to grpc.NewServer.
+// service (grpc.health.v1.Health, reporting SERVING for "", for the rate
+// limit service's full name and for "ratelimit", the name probes written
+// for envoyproxy/ratelimit ask). opts are passed to grpc.NewServer.
 func NewGRPCServer(s *Service, opts ...grpc.ServerOption) *grpc.Server {
 	gs := grpc.NewServer(opts...)
 	rlspb.RegisterRateLimitServiceServer(gs, s)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	hs.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	hs.SetServingStatus("ratelimit", healthpb.HealthCheckResponse_SERVING)
 	healthpb.RegisterHealthServer(gs, hs)
 	return gs
 }

@@ -29,6 +29,7 @@ const maxBody = 1 << 20
 //	                  the configured deny status with the rate-limit
 //	                  headers (see CheckConfig)
 //	GET  /status      the configuration in use and reload health
+//	GET  /healthcheck "OK", as envoyproxy/ratelimit answers its probes
 //	GET  /metrics     Prometheus metrics (see Registry)
 //
 // A request that cannot be decided gets 400, a store failure 503, each with
@@ -39,6 +40,7 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("POST /json", func(w http.ResponseWriter, r *http.Request) { s.serveDecide(w, r, camelJSON) })
 	mux.HandleFunc("/check", s.serveCheck)
 	mux.HandleFunc("GET /status", s.serveStatus)
+	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "OK") })
 	mux.Handle("GET /metrics", s.metricsHandler())
 	return mux
 }
