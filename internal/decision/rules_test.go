@@ -4,6 +4,9 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 )
 
 // TestWildcardAnywhere: "*" matches any run of characters wherever it
@@ -52,6 +55,22 @@ func TestWholeSecondReset(t *testing.T) {
 		}
 		if got := resp.Statuses[0].DurationUntilReset.AsDuration(); got != 50*time.Second {
 			t.Errorf("%s: duration_until_reset %s, want 50s", key, got)
+		}
+	}
+}
+
+// TestOverrideInUnknownDomain: a descriptor's own limit override in a
+// domain the configuration does not have limits nothing, as in
+// envoyproxy/ratelimit (and as docs/decision-service.md says of unknown
+// domains).
+func TestOverrideInUnknownDomain(t *testing.T) {
+	c, _ := serveGRPC(t, newService(t, envoyConfig, newClock(t0).opts()))
+	d := desc("anything", "x")
+	d.Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typepb.RateLimitUnit_MINUTE}
+	for i := 0; i < 3; i++ {
+		resp := call(t, c, request("no-such-domain", d))
+		if resp.OverallCode != OK || resp.Statuses[0].CurrentLimit != nil {
+			t.Fatalf("call %d: %v", i, resp)
 		}
 	}
 }

@@ -376,11 +376,17 @@ func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now t
 	return resp, nil
 }
 
-// ruleFor returns the rule that applies to d: its own limit override when
-// Envoy sent one, else the configured one, or nil.
+// ruleFor returns the rule that applies to d: nil in an unknown domain,
+// else its own limit override when Envoy sent one, else the configured
+// one, or nil.
 func (s *Service) ruleFor(cfg *Config, tree *node, d *rlpb.RateLimitDescriptor) (*rule, error) {
 	if d.GetIsNegativeHits() {
 		return nil, errors.New("is_negative_hits is not supported: the store cannot return hits")
+	}
+	if tree == nil {
+		// An unknown domain limits nothing, not even a descriptor's own
+		// limit override, as in envoyproxy/ratelimit.
+		return nil, nil
 	}
 	if o := d.GetLimit(); o != nil {
 		u := rlspb.RateLimitResponse_RateLimit_Unit(o.GetUnit())
@@ -400,9 +406,6 @@ func (s *Service) ruleFor(cfg *Config, tree *node, d *rlpb.RateLimitDescriptor) 
 			}
 		}
 		return compileRule(&RateLimit{Limits: []LimitSpec{spec}}, false), nil
-	}
-	if tree == nil {
-		return nil, nil
 	}
 	entries := d.GetEntries()
 	return tree.lookup(len(entries), func(i int) (string, string) { return entries[i].GetKey(), entries[i].GetValue() }), nil
