@@ -73,10 +73,20 @@ type Config struct {
 	// FixedWindow when the file does not set it: that is what
 	// envoyproxy/ratelimit does, so an existing file means the same thing.
 	Algorithm ratelimit.Algorithm
-	// ResponseHeaders adds x-ratelimit-limit, -remaining and -reset
-	// (draft-ietf-httpapi-ratelimit-headers-03, as envoyproxy/ratelimit
-	// writes them) to every response that checked a limit.
+	// ResponseHeaders adds rate-limit headers to every response that
+	// checked a limit, in ResponseHeaderFormat.
 	ResponseHeaders bool
+	// ResponseHeaderFormat is HeadersRateLimit (the default:
+	// envoyproxy/ratelimit's LIMIT_RESPONSE_HEADERS_ENABLED headers,
+	// RateLimit-Limit: 10) or HeadersDraft03
+	// (draft-ietf-httpapi-ratelimit-headers-03, x-ratelimit-limit: 10,
+	// 10;w=60, as Envoy's own filter writes them).
+	ResponseHeaderFormat string
+	// ResponseHeaderNames name the three headers of HeadersRateLimit
+	// (envoyproxy/ratelimit's LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER
+	// and LIMIT_RESET_HEADER); empty names keep RateLimit-Limit,
+	// RateLimit-Remaining and RateLimit-Reset.
+	ResponseHeaderNames HeaderNames
 	// ShadowMode answers OK to every request; descriptor statuses still
 	// tell what would have happened.
 	ShadowMode bool
@@ -85,6 +95,17 @@ type Config struct {
 	// Check configures GET /check (nginx auth_request, Traefik
 	// forwardAuth); nil leaves it off.
 	Check *CheckConfig
+}
+
+// The formats of Config.ResponseHeaderFormat.
+const (
+	HeadersRateLimit = "ratelimit"
+	HeadersDraft03   = "draft_03"
+)
+
+// HeaderNames name the rate-limit response headers.
+type HeaderNames struct {
+	Limit, Remaining, Reset string
 }
 
 // A Domain is one named descriptor tree; Envoy names it in every request.
@@ -250,6 +271,32 @@ func Parse(data []byte) (*Config, error) {
 		}
 	}
 	cfg.ResponseHeaders = top.boolean("response_headers")
+	cfg.ResponseHeaderFormat = HeadersRateLimit
+	switch f := top.str("response_header_format"); f {
+	case "", HeadersRateLimit, HeadersDraft03:
+		if f != "" {
+			cfg.ResponseHeaderFormat = f
+		}
+	default:
+		d.add(top.field("response_header_format"), "response_header_format", "unknown format %q (want %s or %s)", f, HeadersRateLimit, HeadersDraft03)
+	}
+	cfg.ResponseHeaderNames = HeaderNames{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"}
+	if n := top.field("response_header_names"); n != nil {
+		if m := d.mapping("response_header_names", n); m != nil {
+			for _, f := range []struct {
+				name string
+				p    *string
+			}{{"limit", &cfg.ResponseHeaderNames.Limit}, {"remaining", &cfg.ResponseHeaderNames.Remaining}, {"reset", &cfg.ResponseHeaderNames.Reset}} {
+				if v := m.str(f.name); v != "" {
+					*f.p = v
+				}
+			}
+			m.done()
+		}
+		if cfg.ResponseHeaderFormat != HeadersRateLimit {
+			d.add(n, "response_header_names", "only for response_header_format %s", HeadersRateLimit)
+		}
+	}
 	cfg.ShadowMode = top.boolean("shadow_mode")
 	if n := top.field("store"); n != nil {
 		cfg.Store = d.store("store", n)

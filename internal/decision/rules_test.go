@@ -2,10 +2,12 @@ package decision
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typepb "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 )
 
@@ -71,6 +73,45 @@ func TestOverrideInUnknownDomain(t *testing.T) {
 		resp := call(t, c, request("no-such-domain", d))
 		if resp.OverallCode != OK || resp.Statuses[0].CurrentLimit != nil {
 			t.Fatalf("call %d: %v", i, resp)
+		}
+	}
+}
+
+// TestPeerResponseHeaders: response_headers: true writes the headers
+// envoyproxy/ratelimit writes with LIMIT_RESPONSE_HEADERS_ENABLED, from the
+// status with the least remaining, under names it lets you change.
+func TestPeerResponseHeaders(t *testing.T) {
+	const cfg = `
+response_headers: true
+domain: d
+descriptors:
+  - {key: a, rate_limit: {unit: minute, requests_per_unit: 10}}
+  - {key: b, rate_limit: {unit: minute, requests_per_unit: 1000}}
+`
+	hdrs := func(resp *rlspb.RateLimitResponse) string {
+		var b strings.Builder
+		for _, h := range resp.ResponseHeadersToAdd {
+			b.WriteString(h.Key + ": " + h.Value + "\n")
+		}
+		return b.String()
+	}
+	c, _ := serveGRPC(t, newService(t, cfg, newClock(t0.Add(2*time.Second)).opts()))
+	resp := call(t, c, request("d", desc("a", "1"), desc("b", "1")))
+	if got, want := hdrs(resp), "RateLimit-Limit: 10\nRateLimit-Remaining: 9\nRateLimit-Reset: 48\n"; got != want {
+		t.Errorf("headers\n%s\nwant\n%s", got, want)
+	}
+	named := strings.Replace(cfg, "response_headers: true", "response_headers: true\nresponse_header_names: {limit: A-Limit, remaining: A-Remaining, reset: A-Reset}", 1)
+	c, _ = serveGRPC(t, newService(t, named, newClock(t0).opts()))
+	if got, want := hdrs(call(t, c, request("d", desc("b", "1")))), "A-Limit: 1000\nA-Remaining: 999\nA-Reset: 50\n"; got != want {
+		t.Errorf("named headers\n%s\nwant\n%s", got, want)
+	}
+	for _, bad := range []struct{ cfg, want string }{
+		{"response_header_format: ietf\n", `response_header_format: unknown format "ietf"`},
+		{"response_header_format: draft_03\nresponse_header_names: {limit: X}\n", "response_header_names: only for response_header_format ratelimit"},
+		{"response_header_names: {limt: X}\n", "response_header_names.limt: unknown field"},
+	} {
+		if _, err := Parse([]byte(bad.cfg + cfg)); err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: %v, want %s", bad.cfg, err, bad.want)
 		}
 	}
 }

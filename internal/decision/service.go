@@ -368,7 +368,11 @@ func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now t
 		stats[o].Inc()
 	}
 	if g.cfg.ResponseHeaders {
-		resp.ResponseHeadersToAdd = headers(resp.Statuses)
+		if g.cfg.ResponseHeaderFormat == HeadersDraft03 {
+			resp.ResponseHeadersToAdd = draft03Headers(resp.Statuses)
+		} else {
+			resp.ResponseHeadersToAdd = rateLimitHeaders(resp.Statuses, g.cfg.ResponseHeaderNames)
+		}
 	}
 	if g.cfg.ShadowMode {
 		resp.OverallCode = rlspb.RateLimitResponse_OK
@@ -512,10 +516,27 @@ func clampUint32(v int64) uint32 {
 	return uint32(v)
 }
 
-// headers builds the x-ratelimit-* headers from the status closest to its
+// rateLimitHeaders builds envoyproxy/ratelimit's headers (RateLimit-Limit:
+// 10, RateLimit-Remaining: 4, RateLimit-Reset: 58, under names) from the
+// status closest to its limit. It returns nil when no descriptor had a
+// limit.
+func rateLimitHeaders(sts []*rlspb.RateLimitResponse_DescriptorStatus, names HeaderNames) []*corepb.HeaderValue {
+	best := closest(sts)
+	if best == nil {
+		return nil
+	}
+	return []*corepb.HeaderValue{
+		{Key: names.Limit, Value: strconv.FormatUint(uint64(best.CurrentLimit.RequestsPerUnit), 10)},
+		{Key: names.Remaining, Value: strconv.FormatUint(uint64(best.LimitRemaining), 10)},
+		{Key: names.Reset, Value: ceilSeconds(best.DurationUntilReset.AsDuration())},
+	}
+}
+
+// draft03Headers builds the x-ratelimit-* headers of
+// draft-ietf-httpapi-ratelimit-headers-03 from the status closest to its
 // limit: the first one over limit, else the one with the least remaining.
 // It returns nil when no descriptor had a limit.
-func headers(sts []*rlspb.RateLimitResponse_DescriptorStatus) []*corepb.HeaderValue {
+func draft03Headers(sts []*rlspb.RateLimitResponse_DescriptorStatus) []*corepb.HeaderValue {
 	best := closest(sts)
 	if best == nil {
 		return nil

@@ -405,6 +405,7 @@ descriptors:
 func TestResponseHeadersAndGlobalShadowMode(t *testing.T) {
 	const cfg = `
 response_headers: true
+response_header_format: draft_03
 shadow_mode: true
 domain: d
 descriptors:
