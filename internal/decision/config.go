@@ -367,8 +367,8 @@ func (d *decoder) descriptors(path string, nodes []*yaml.Node, alg ratelimit.Alg
 			continue
 		}
 		desc := Descriptor{
-			Key:            m.str("key"),
-			Value:          m.str("value"),
+			Key:            m.scalar("key"),
+			Value:          m.scalar("value"),
 			ShadowMode:     m.boolean("shadow_mode"),
 			DetailedMetric: m.boolean("detailed_metric"),
 		}
@@ -456,11 +456,9 @@ func (d *decoder) limit(path string, m *mapping, alg ratelimit.Algorithm) LimitS
 	} else {
 		d.add(m.field("unit"), joinPath(path, "unit"), "invalid unit %q (want second, minute, hour, day, week, month or year)", m.str("unit"))
 	}
-	if !m.has("requests_per_unit") {
-		d.add(m.node, joinPath(path, "requests_per_unit"), "required")
-	} else {
-		s.RequestsPerUnit, _ = m.uint32("requests_per_unit")
-	}
+	// A missing requests_per_unit is 0, which denies every request, as
+	// envoyproxy/ratelimit reads it.
+	s.RequestsPerUnit, _ = m.uint32("requests_per_unit")
 	if m.has("unit_multiplier") {
 		if v, ok := m.uint32("unit_multiplier"); ok {
 			if v == 0 {

@@ -158,7 +158,6 @@ var envoyFileErrors = []string{
 	"line 15: descriptors[4].rate_limit.replaces[1].name: must not be empty",
 	"line 17: descriptors[5].rate_limit.burst: only a token_bucket limit has a burst",
 	"line 19: descriptors[6].rate_limit.unit: required (second, minute, hour, day, week, month or year)",
-	"line 19: descriptors[6].rate_limit.requests_per_unit: required",
 	"line 21: descriptors[7].rate_limit.limits: must not be given together with unit and requests_per_unit",
 	"line 23: descriptors[8].rate_limit.requests_per_unit: expected an integer from 0 to 4294967295, got 99999999999",
 	"line 23: descriptors[8].rate_limit.unit_multiplier: must be greater than 0",

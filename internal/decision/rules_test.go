@@ -115,3 +115,26 @@ descriptors:
 		}
 	}
 }
+
+// TestPeerScalarsAndDefaults: files envoyproxy/ratelimit reads start here
+// too: numeric and boolean descriptor values are their text, and a
+// rate_limit without requests_per_unit allows 0 (every request is denied).
+func TestPeerScalarsAndDefaults(t *testing.T) {
+	const cfg = `
+domain: d
+descriptors:
+  - {key: status, value: 200, rate_limit: {unit: minute, requests_per_unit: 1}}
+  - {key: beta, value: true, rate_limit: {unit: minute, requests_per_unit: 2}}
+  - {key: blocked, rate_limit: {unit: minute}}
+`
+	c, _ := serveGRPC(t, newService(t, cfg, newClock(t0).opts()))
+	if resp := call(t, c, request("d", desc("status", "200"))); resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 1 {
+		t.Errorf("value: 200 did not match \"200\": %v", resp)
+	}
+	if resp := call(t, c, request("d", desc("beta", "true"))); resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 2 {
+		t.Errorf("value: true did not match \"true\": %v", resp)
+	}
+	if resp := call(t, c, request("d", desc("blocked", "x"))); resp.OverallCode != OVER {
+		t.Errorf("a rate_limit without requests_per_unit: %v, want OVER_LIMIT", resp)
+	}
+}

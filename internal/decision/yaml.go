@@ -112,6 +112,21 @@ func (m *mapping) str(name string) string {
 	return n.Value
 }
 
+// scalar returns the text of a scalar field as written: a number or a
+// boolean is its text ("200", "true"), as envoyproxy/ratelimit reads a
+// descriptor's key and value.
+func (m *mapping) scalar(name string) string {
+	n := m.field(name)
+	if n == nil {
+		return ""
+	}
+	if n.Kind != yaml.ScalarNode {
+		m.d.add(n, joinPath(m.path, name), "expected a string")
+		return ""
+	}
+	return n.Value
+}
+
 func (m *mapping) boolean(name string) bool {
 	n := m.field(name)
 	if n == nil {
