@@ -64,6 +64,7 @@ type Exchange struct {
 	onEnd           []func()
 	plugins         []pluginOutcome
 	pluginBuf       [4]pluginOutcome // backs plugins for the usual few
+	denial          denial           // the limit that answered 429, for the access log
 
 	requestID    [32]byte // RequestID's bytes, for the response header
 	requestIDLen int
@@ -117,6 +118,19 @@ func (x *Exchange) release(pool *sync.Pool) {
 	*x = Exchange{}
 	x.header, x.path, x.ipStr, x.ipAddr, x.body = header, path, ipStr, ipAddr, body
 	pool.Put(x)
+}
+
+// denial is the limit a rate-limiting plugin denied a request by.
+type denial struct {
+	plugin string
+	limit  int64
+	window time.Duration
+}
+
+// DeniedBy records that plugin denied the request by the limit of window,
+// for the access log.
+func (x *Exchange) DeniedBy(plugin string, limit int64, window time.Duration) {
+	x.denial = denial{plugin, limit, window}
 }
 
 // RequestID returns the id sent in X-Kong-Request-Id and in error bodies.

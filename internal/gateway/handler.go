@@ -150,8 +150,22 @@ func (g *Gateway) end(x *Exchange, start time.Time) {
 			slog.String("service", service),
 			slog.Float64("latency_ms", float64(time.Since(start).Microseconds())/1000),
 		}
+		if ua := x.ctx.Request.Header.UserAgent(); len(ua) > 0 {
+			attrs = append(attrs, slog.String("user_agent", string(ua)))
+		}
+		attrs = append(attrs, slog.Int("bytes_in", max(x.ctx.Request.Header.ContentLength(), 0)))
+		if n := responseBytes(&x.ctx.Response); n >= 0 {
+			attrs = append(attrs, slog.Int("bytes_out", n))
+		}
+		if x.proxied {
+			attrs = append(attrs, slog.Float64("upstream_latency_ms", float64(x.upstreamLatency.Microseconds())/1000))
+		}
 		if x.Consumer != nil {
 			attrs = append(attrs, slog.String("consumer", nameOrID(x.Consumer.Username, x.Consumer.ID)))
+		}
+		if d := x.denial; d.plugin != "" {
+			attrs = append(attrs, slog.String("denied_by", d.plugin), slog.Int64("denied_limit", d.limit),
+				slog.Int64("denied_window_s", int64(d.window/time.Second)))
 		}
 		for _, p := range x.plugins {
 			attrs = append(attrs, slog.String("plugin."+p.name, p.outcome))
@@ -161,6 +175,18 @@ func (g *Gateway) end(x *Exchange, start time.Time) {
 	x.release(&g.exchanges)
 	g.active.Add(-1)
 	g.inflight.Done()
+}
+
+// responseBytes is the size of the response body: its Content-Length, the
+// buffered body's length, or -1 for a body streamed without a length.
+func responseBytes(r *fasthttp.Response) int {
+	if n := r.Header.ContentLength(); n >= 0 {
+		return n
+	}
+	if r.IsBodyStream() {
+		return -1
+	}
+	return len(r.Body())
 }
 
 func nameOrID(name, id string) string {

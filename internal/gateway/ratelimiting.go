@@ -168,6 +168,7 @@ func (rl *rateLimiting) Access(x *Exchange) error {
 	case !res.Allowed:
 		x.Respond(res.Status, contentType, res.Body)
 		x.Outcome(rl.name, "denied")
+		x.DeniedBy(rl.name, res.Limit, res.Window)
 	case res.Denied:
 		x.Outcome(rl.name, "shadow_denied")
 	case err != nil:
