@@ -20,7 +20,7 @@ type Advanced struct {
 	closed    atomic.Bool
 	reg       *Registry
 	storeKey  storeKey
-	store     ratelimit.Store
+	store     Store
 	namespace string
 	keys      keySpec
 	base      *plan
@@ -59,7 +59,7 @@ func newPlan(limits, windows []int64, windowType string, disablePenalty bool, ji
 	if windowType == WindowFixed {
 		alg = ratelimit.FixedWindow
 	}
-	ls, err := ratelimit.Windows(alg, limits, windowDurations(windows))
+	ls, err := Windows(alg, limits, windowDurations(windows))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -77,7 +77,7 @@ func newPlan(limits, windows []int64, windowType string, disablePenalty bool, ji
 	}
 	names := make([]string, len(ls))
 	for i, l := range ls {
-		names[i] = ratelimit.WindowName(l.Window)
+		names[i] = WindowName(l.Window)
 	}
 	p.headers = newHeaderPlan(names, names, limits, windows)
 	return p, nil

@@ -45,16 +45,23 @@ type Registry struct {
 	leaseSeq    atomic.Uint64
 }
 
+// A Store counts and keeps concurrency leases: what a namespace's store
+// does for every policy. memorystore and redisstore stores are Stores.
+type Store interface {
+	ratelimit.Store
+	ratelimit.LeaseStore
+}
+
 // RegistryOptions configures a Registry. The zero value is ready to use.
 type RegistryOptions struct {
 	// NewLocalStore builds the store of one namespace of the local strategy
 	// (and of cluster, which sluice runs as local). Nil means the default
 	// in-process store.
-	NewLocalStore func(namespace string) (ratelimit.Store, error)
+	NewLocalStore func(namespace string) (Store, error)
 	// NewRedisStore builds the store of one namespace of the redis strategy.
 	// Nil means the default Redis store, which shares one client per
 	// distinct Redis config.
-	NewRedisStore func(cfg RedisStoreConfig) (ratelimit.Store, error)
+	NewRedisStore func(cfg RedisStoreConfig) (Store, error)
 	// Rand returns a uniform number in [0, 1) for the Retry-After jitter.
 	// Nil means math/rand/v2's Float64. It must be safe for concurrent use.
 	Rand func() float64
@@ -119,7 +126,7 @@ type storeKey struct {
 }
 
 type storeEntry struct {
-	store ratelimit.Store
+	store Store
 	refs  int
 }
 
@@ -138,7 +145,7 @@ func NewRegistry(opts RegistryOptions) *Registry {
 
 // acquire returns the store for key, building it with build on first use,
 // and takes a reference that release gives back.
-func (r *Registry) acquire(k storeKey, build func() (ratelimit.Store, error)) (ratelimit.Store, error) {
+func (r *Registry) acquire(k storeKey, build func() (Store, error)) (Store, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -209,12 +216,12 @@ func (r *Registry) Close() error {
 
 // storeFor returns the store of a namespace with the given strategy.
 // cfg.Redis is used by the redis strategy only.
-func (r *Registry) storeFor(strategy string, cfg RedisStoreConfig) (storeKey, ratelimit.Store, error) {
+func (r *Registry) storeFor(strategy string, cfg RedisStoreConfig) (storeKey, Store, error) {
 	namespace := cfg.Namespace
 	switch strategy {
 	case StrategyLocal, StrategyCluster:
 		k := storeKey{namespace: namespace, backend: StrategyLocal}
-		s, err := r.acquire(k, func() (ratelimit.Store, error) {
+		s, err := r.acquire(k, func() (Store, error) {
 			if r.opts.NewLocalStore != nil {
 				return r.opts.NewLocalStore(namespace)
 			}
@@ -224,7 +231,7 @@ func (r *Registry) storeFor(strategy string, cfg RedisStoreConfig) (storeKey, ra
 	case StrategyRedis:
 		k := storeKey{namespace: namespace, backend: "redis " + redisFingerprint(&cfg.Redis) +
 			" sync " + strconv.FormatFloat(cfg.SyncRate, 'g', -1, 64) + " kong " + strconv.FormatBool(cfg.KongLayout)}
-		s, err := r.acquire(k, func() (ratelimit.Store, error) {
+		s, err := r.acquire(k, func() (Store, error) {
 			if r.opts.NewRedisStore != nil {
 				return r.opts.NewRedisStore(cfg)
 			}

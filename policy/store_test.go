@@ -7,7 +7,7 @@ import (
 	"github.com/seed-008287da/sluice/ratelimit"
 )
 
-type ratelimitStore = ratelimit.Store
+type ratelimitStore = Store
 
 var errBroken = errors.New("broken store")
 

@@ -15,7 +15,7 @@ import (
 )
 
 // newDefaultLocalStore returns an in-process store for one namespace.
-func newDefaultLocalStore(string) (ratelimit.Store, error) {
+func newDefaultLocalStore(string) (Store, error) {
 	return memorystore.New(memorystore.Options{}), nil
 }
 
@@ -121,7 +121,7 @@ func (r *Registry) namespaceHealth(ns string, degraded bool, err error) {
 // is not: the namespace then counts locally, as Kong does while Redis is
 // down, and a goroutine owned by the store dials again every second until
 // it connects (see dialingStore).
-func (r *Registry) newDefaultRedisStore(cfg RedisStoreConfig) (ratelimit.Store, error) {
+func (r *Registry) newDefaultRedisStore(cfg RedisStoreConfig) (Store, error) {
 	if cfg.Redis.CloudAuthentication != nil && cfg.Redis.CloudAuthentication.AuthProvider != nil {
 		return nil, fmt.Errorf("%w: redis cloud_authentication is not supported", ErrStrategyUnavailable)
 	}
@@ -147,7 +147,7 @@ func (r *Registry) newDefaultRedisStore(cfg RedisStoreConfig) (ratelimit.Store, 
 
 // redisStoreLocked builds a store over the registered client of fp.
 // Called with r.mu held.
-func (r *Registry) redisStoreLocked(cfg RedisStoreConfig, fp string) (ratelimit.Store, error) {
+func (r *Registry) redisStoreLocked(cfg RedisStoreConfig, fp string) (Store, error) {
 	rc := r.clients[fp]
 	syncRate := redisstore.LocalOnly
 	if cfg.SyncRate >= 0 {
@@ -204,7 +204,7 @@ type dialingStore struct {
 	cfg   RedisStoreConfig
 	fp    string
 	local *memorystore.Store
-	redis atomic.Pointer[ratelimit.Store]
+	redis atomic.Pointer[Store]
 	stop  chan struct{}
 	done  chan struct{}
 	once  sync.Once
@@ -214,7 +214,7 @@ type dialingStore struct {
 	connected chan struct{}
 }
 
-var _ ratelimit.Store = (*dialingStore)(nil)
+var _ Store = (*dialingStore)(nil)
 
 func newDialingStore(r *Registry, cfg RedisStoreConfig, fp string) *dialingStore {
 	s := &dialingStore{r: r, cfg: cfg, fp: fp, local: memorystore.New(memorystore.Options{}),
@@ -271,7 +271,7 @@ func (s *dialingStore) connect() bool {
 	return true
 }
 
-func (s *dialingStore) current() ratelimit.Store {
+func (s *dialingStore) current() Store {
 	if p := s.redis.Load(); p != nil {
 		return *p
 	}

@@ -3,6 +3,8 @@ package ratelimit
 import (
 	"math"
 	"time"
+
+	"github.com/seed-008287da/sluice/ratelimit/internal/access"
 )
 
 // InfDuration is the RetryAfter of a call that can never be allowed: its
@@ -35,7 +37,7 @@ type LimitState struct {
 
 // inlineStates is how many limit states a Decision holds without
 // allocating. Kong configurations rarely use more than a few windows.
-const inlineStates = 4
+const inlineStates = access.Inline
 
 // A Decision is the answer to a Request.
 //
@@ -80,20 +82,21 @@ func (d *Decision) States() []LimitState {
 	return append(all, d.more...)
 }
 
-// SetState sets the state of the i-th limit, growing the decision to i+1
-// states when needed. Stores call it while building a decision.
-func (d *Decision) SetState(i int, s LimitState) {
-	if i >= d.n {
-		d.n = i + 1
+func init() {
+	access.NewDecision = func(allowed bool, denied int, retry time.Duration, s access.States[LimitState]) Decision {
+		return Decision{Allowed: allowed, Denied: denied, RetryAfter: retry, n: s.N, inline: s.Inline, more: s.More}
 	}
-	if i < inlineStates {
-		d.inline[i] = s
+}
+
+// grow makes d hold n states, keeping those it has.
+func (d *Decision) grow(n int) {
+	if n <= d.n {
 		return
 	}
-	for len(d.more) <= i-inlineStates {
-		d.more = append(d.more, LimitState{})
+	d.n = n
+	if extra := n - inlineStates - len(d.more); extra > 0 {
+		d.more = append(d.more, make([]LimitState, extra)...)
 	}
-	d.more[i-inlineStates] = s
 }
 
 func (d *Decision) statePtr(i int) *LimitState {

@@ -1,7 +1,6 @@
 package ratelimit
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -152,30 +151,6 @@ func (l Limit) Validate() error {
 	return nil
 }
 
-// ErrMismatchedWindows is returned by Windows when the two lists differ in
-// length. Its text is Kong's.
-//
-//lint:ignore ST1005 the text is Kong's, byte for byte.
-var ErrMismatchedWindows = errors.New("You must provide the same number of windows and limits")
-
-// Windows pairs counts[i] with windows[i] into limits of one algorithm, the
-// way Kong's rate-limiting-advanced config lists them. It returns
-// ErrMismatchedWindows when the lists differ in length and the first invalid
-// limit's error otherwise, naming its index.
-func Windows(alg Algorithm, counts []int64, windows []time.Duration) ([]Limit, error) {
-	if len(counts) != len(windows) {
-		return nil, ErrMismatchedWindows
-	}
-	ls := make([]Limit, len(counts))
-	for i := range counts {
-		ls[i] = Limit{Algorithm: alg, Count: counts[i], Window: windows[i]}
-		if err := ls[i].Validate(); err != nil {
-			return nil, fmt.Errorf("limit %d: %w", i, err)
-		}
-	}
-	return ls, nil
-}
-
 // ValidateLimits checks every limit of one call and returns the first
 // error, naming its index. An empty list is an error: a call must be checked
 // against something.
@@ -189,29 +164,4 @@ func ValidateLimits(ls []Limit) error {
 		}
 	}
 	return nil
-}
-
-// WindowName returns the name Kong gives a window size in header names:
-// "second", "minute", "hour", "day", "month" (30 days) and "year" (365
-// days); any other size is its number of seconds ("30", "7200"), or of
-// milliseconds with an "ms" suffix when it is not a whole second.
-func WindowName(w time.Duration) string {
-	switch w {
-	case time.Second:
-		return "second"
-	case time.Minute:
-		return "minute"
-	case time.Hour:
-		return "hour"
-	case 24 * time.Hour:
-		return "day"
-	case 30 * 24 * time.Hour:
-		return "month"
-	case 365 * 24 * time.Hour:
-		return "year"
-	}
-	if w%time.Second == 0 {
-		return strconv.FormatInt(int64(w/time.Second), 10)
-	}
-	return strconv.FormatInt(int64(w/time.Millisecond), 10) + "ms"
 }

@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 )
 
@@ -31,8 +30,8 @@ type Request struct {
 	// request dimensions). Keys are opaque bytes; use Key to build one from
 	// several parts without collisions.
 	Key string
-	// Limits are checked in order; see Apply for how a denial in one limit
-	// affects the others.
+	// Limits are checked in order. Once one denies, the later ones are only
+	// read; Penalty says what a denied call keeps.
 	Limits []Limit
 	// Cost is the number of units the call takes. Zero means 1.
 	Cost int64
@@ -90,29 +89,24 @@ type Lease struct {
 // stores): that is what makes "no key admits more than its limit" hold.
 //
 // The conformance suite in package ratelimittest holds every store to the
-// same timelines.
+// same timelines; package storekit has what a store writer needs.
 type Store interface {
 	// Take decides r. It returns an error only when r is invalid (wrapping
 	// ErrInvalidLimit) or the store failed.
 	Take(ctx context.Context, r Request) (Decision, error)
-	// Acquire takes one concurrency lease.
+	// Close releases the store's resources and stops its goroutines.
+	Close() error
+}
+
+// A LeaseStore keeps concurrency leases. Implementations must be safe for
+// concurrent use; no key ever has more than Max live leases.
+type LeaseStore interface {
+	// Acquire takes one concurrency lease. It returns an error only when r
+	// is invalid (wrapping ErrInvalidLimit) or the store failed.
 	Acquire(ctx context.Context, r LeaseRequest) (Lease, error)
 	// Release ends the lease id on key. Releasing a lease that is unknown,
 	// already released or expired is not an error.
 	Release(ctx context.Context, key, id string) error
 	// Close releases the store's resources and stops its goroutines.
 	Close() error
-}
-
-// ValidateLease reports why r cannot be decided, or nil.
-func ValidateLease(r *LeaseRequest) error {
-	switch {
-	case r.ID == "":
-		return fmt.Errorf("%w: lease id must not be empty", ErrInvalidLimit)
-	case r.Max <= 0:
-		return fmt.Errorf("%w: lease max must be greater than 0, got %d", ErrInvalidLimit, r.Max)
-	case r.TTL <= 0 || r.TTL%time.Millisecond != 0:
-		return fmt.Errorf("%w: lease ttl must be a positive whole number of milliseconds, got %s", ErrInvalidLimit, r.TTL)
-	}
-	return nil
 }

@@ -77,7 +77,7 @@ func (s *ownedLeaseStore) Close() error {
 // the response has been sent or the client went away (the log phase); its
 // TTL is the backstop.
 type concurrency struct {
-	store      ratelimit.Store
+	store      ratelimit.LeaseStore
 	max        int64
 	ttl        time.Duration
 	ident      string
@@ -185,7 +185,7 @@ func newConcurrency(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gateway: lease store: %w", err)
 	}
-	p.store = s.(ratelimit.Store)
+	p.store = s.(ratelimit.LeaseStore)
 	return p, nil
 }
 
@@ -259,15 +259,11 @@ func (d *redialingLeaseStore) loop(ns string, cfg redisstore.Config) {
 	}
 }
 
-func (d *redialingLeaseStore) current() ratelimit.Store {
+func (d *redialingLeaseStore) current() ratelimit.LeaseStore {
 	if s := d.redis.Load(); s != nil {
 		return s
 	}
 	return d.local
-}
-
-func (d *redialingLeaseStore) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
-	return d.current().Take(ctx, r)
 }
 
 func (d *redialingLeaseStore) Acquire(ctx context.Context, r ratelimit.LeaseRequest) (ratelimit.Lease, error) {
@@ -298,7 +294,7 @@ func (d *redialingLeaseStore) Close() error {
 	return err
 }
 
-var _ ratelimit.Store = (*redialingLeaseStore)(nil)
+var _ ratelimit.LeaseStore = (*redialingLeaseStore)(nil)
 
 func (p *concurrency) key(x *Exchange) string {
 	v := ""

@@ -72,7 +72,7 @@ type ConcurrencyConfig struct {
 func (p *Process) NewConcurrency() any { return &ConcurrencyConfig{p: p} }
 
 type concCompiled struct {
-	store      ratelimit.Store
+	store      ratelimit.LeaseStore
 	max        int64
 	ttl        time.Duration
 	ident      string
@@ -86,7 +86,7 @@ type concCompiled struct {
 // leaseStore is one namespace's store, shared by every config that names
 // it.
 type leaseStore struct {
-	store ratelimit.Store
+	store ratelimit.LeaseStore
 }
 
 // leaseID returns an id unique to this process and call: a random
@@ -211,7 +211,7 @@ func (c *ConcurrencyConfig) check() (cc *concCompiled, ns, strategy string, errs
 }
 
 // leaseStoreFor returns the process-level store of a namespace.
-func (p *Process) leaseStoreFor(ns, strategy string, redis *RedisConf) (ratelimit.Store, error) {
+func (p *Process) leaseStoreFor(ns, strategy string, redis *RedisConf) (ratelimit.LeaseStore, error) {
 	key := strategy + "|" + ns
 	if strategy == "redis" {
 		fp, err := json.Marshal(redis)
@@ -228,7 +228,7 @@ func (p *Process) leaseStoreFor(ns, strategy string, redis *RedisConf) (ratelimi
 	if l, ok := p.leases[key]; ok {
 		return l.store, nil
 	}
-	var s ratelimit.Store
+	var s ratelimit.LeaseStore
 	switch strategy {
 	case "local":
 		s = memorystore.New(memorystore.Options{})

@@ -59,7 +59,7 @@ type Options struct {
 	WatchOverrides WatchFunc
 	// NewRedisLeaseStore builds the lease store of a sluice-concurrency
 	// namespace with strategy redis. Nil means RedisLeaseStore.
-	NewRedisLeaseStore func(namespace string, redis RedisConf) (ratelimit.Store, error)
+	NewRedisLeaseStore func(namespace string, redis RedisConf) (ratelimit.LeaseStore, error)
 }
 
 // Process is the state one plugin server keeps across plugin instances. It
@@ -67,7 +67,7 @@ type Options struct {
 type Process struct {
 	now       func() time.Time
 	watch     WatchFunc
-	newRedis  func(namespace string, redis RedisConf) (ratelimit.Store, error)
+	newRedis  func(namespace string, redis RedisConf) (ratelimit.LeaseStore, error)
 	log       *slog.Logger
 	registry  *policy.Registry
 	ownsReg   bool

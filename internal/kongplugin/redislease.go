@@ -13,7 +13,7 @@ import (
 // Kong's defaults for unset Redis fields. Leases are one sorted set per key
 // in Redis, shared by every node; when Redis fails the store decides
 // locally until it answers again.
-func RedisLeaseStore(namespace string, r RedisConf) (ratelimit.Store, error) {
+func RedisLeaseStore(namespace string, r RedisConf) (ratelimit.LeaseStore, error) {
 	cfg := redisstore.Config{
 		Host:                   str(r.Host),
 		Port:                   num(r.Port),

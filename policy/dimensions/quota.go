@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seed-008287da/sluice/internal/kongname"
 	"github.com/seed-008287da/sluice/ratelimit"
 )
 
@@ -283,7 +284,7 @@ func (d *decoder) quota(o *object) Quota {
 		return q
 	}
 	if len(limits) != len(windows) {
-		d.add(o.path, ratelimit.ErrMismatchedWindows.Error())
+		d.add(o.path, kongname.MismatchedWindows)
 		return q
 	}
 	if len(limits) == 0 {

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/seed-008287da/sluice/internal/kongname"
 	"github.com/seed-008287da/sluice/ratelimit"
 )
 
@@ -133,7 +134,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 func WriteHeaders(h http.Header, d *ratelimit.Decision) {
 	for i := 0; i < d.Len(); i++ {
 		s := d.State(i)
-		name := ratelimit.WindowName(s.Limit.Window)
+		name := kongname.Window(s.Limit.Window)
 		h["X-Ratelimit-Limit-"+name] = []string{strconv.FormatInt(s.Limit.Count, 10)}
 		h["X-Ratelimit-Remaining-"+name] = []string{strconv.FormatInt(s.Remaining, 10)}
 	}
@@ -167,7 +168,7 @@ func Seconds(d time.Duration) int64 {
 // is written or the client goes away and the handler returns); ttl bounds
 // a lease whose holder died without releasing it. Requests over the bound
 // get 429 with Kong's JSON body.
-func Concurrency(store ratelimit.Store, limit int64, ttl time.Duration, opts Options) func(http.Handler) http.Handler {
+func Concurrency(store ratelimit.LeaseStore, limit int64, ttl time.Duration, opts Options) func(http.Handler) http.Handler {
 	m := New(nil, opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -24,13 +24,13 @@ func Example() {
 			return
 		}
 		r := d.State(d.Reported())
-		fmt.Printf("t=%s allowed=%v remaining=%d of %s retry-after=%s\n",
-			at, d.Allowed, r.Remaining, ratelimit.WindowName(r.Limit.Window), d.RetryAfter)
+		fmt.Printf("t=%s allowed=%v remaining=%d per %s retry-after=%s\n",
+			at, d.Allowed, r.Remaining, r.Limit.Window, d.RetryAfter)
 	}
 	// Output:
-	// t=0s allowed=true remaining=1 of second retry-after=0s
-	// t=0s allowed=true remaining=0 of second retry-after=0s
-	// t=0s allowed=false remaining=0 of second retry-after=1s
-	// t=1s allowed=true remaining=0 of minute retry-after=0s
-	// t=1s allowed=false remaining=0 of minute retry-after=59s
+	// t=0s allowed=true remaining=1 per 1s retry-after=0s
+	// t=0s allowed=true remaining=0 per 1s retry-after=0s
+	// t=0s allowed=false remaining=0 per 1s retry-after=1s
+	// t=1s allowed=true remaining=0 per 1m0s retry-after=0s
+	// t=1s allowed=false remaining=0 per 1m0s retry-after=59s
 }

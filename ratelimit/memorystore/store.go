@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/seed-008287da/sluice/ratelimit"
+	"github.com/seed-008287da/sluice/ratelimit/storekit"
 )
 
 // Options configures a Store. The zero value is ready to use: every zero
@@ -53,7 +54,7 @@ const (
 // A Store keeps counters and leases in process memory. It is safe for
 // concurrent use; calls on keys of different shards never contend.
 //
-// Each counter (one per key and limit window, see Limit.CounterID) is a
+// Each counter (one per key and limit window, see storekit.CounterID) is a
 // 48-byte slot of a per-shard open-addressing table: a 128-bit fingerprint
 // of the key and window, and the counter itself, so that a decision on a
 // key among millions reads one place in memory (a map to a separate slab
@@ -64,7 +65,7 @@ const (
 // pair of keys: never, in practice.
 //
 // Memory is bounded in two ways. Idle entries die: a counter is dead once
-// it can no longer affect a decision (ratelimit.Counter.Expiry: two windows
+// it can no longer affect a decision (storekit.Counter.Expiry: two windows
 // after the start of its last window, or when a token bucket is full), a
 // lease set once its last lease has lapsed. The sweeper, a goroutine owned
 // by the Store, drops dead entries every SweepInterval, locking one shard at
@@ -94,7 +95,10 @@ type Store struct {
 	done   chan struct{}
 }
 
-var _ ratelimit.Store = (*Store)(nil)
+var (
+	_ ratelimit.Store      = (*Store)(nil)
+	_ ratelimit.LeaseStore = (*Store)(nil)
+)
 
 // shardData is what a shard holds; shard pads it to two cache lines so
 // that two shards' locks never share a line (the adjacent-line prefetcher
@@ -134,7 +138,7 @@ type shard struct {
 
 // entry is one counter with the time (Unix ns) after which it is dead.
 type entry struct {
-	c   ratelimit.Counter
+	c   storekit.Counter
 	exp int64
 }
 
@@ -284,7 +288,7 @@ func (s *Store) shardOf(h1 uint64) *shard { return &s.shards[h1&s.mask] }
 // shard full of live leases. Take never waits for anything but one shard's
 // lock.
 //
-// d is a named result so that Apply's decision is not copied on its way
+// d is a named result so that storekit.Apply's decision is not copied on its way
 // out: a Decision is a few hundred bytes.
 func (s *Store) Take(_ context.Context, r ratelimit.Request) (d ratelimit.Decision, err error) {
 	if s.closed.Load() {
@@ -303,12 +307,12 @@ func (s *Store) Take(_ context.Context, r ratelimit.Request) (d ratelimit.Decisi
 
 	// Up to four limits are decided without allocating.
 	var (
-		inlineC   [4]ratelimit.Counter
+		inlineC   [4]storekit.Counter
 		inlinePos [4]int64
 	)
 	cs, pos := inlineC[:0], inlinePos[:0]
 	if len(r.Limits) > len(inlineC) {
-		cs = make([]ratelimit.Counter, 0, len(r.Limits))
+		cs = make([]storekit.Counter, 0, len(r.Limits))
 		pos = make([]int64, 0, len(r.Limits))
 	}
 	h1, h2 := s.keyHash(r.Key)
@@ -316,11 +320,11 @@ func (s *Store) Take(_ context.Context, r ratelimit.Request) (d ratelimit.Decisi
 	sh.mu.Lock()
 	missing := 0
 	for i := range r.Limits {
-		if p := sh.find(fingerprintOf(h1, h2, r.Limits[i].CounterID())); p >= 0 {
+		if p := sh.find(fingerprintOf(h1, h2, storekit.CounterID(r.Limits[i]))); p >= 0 {
 			cs = append(cs, sh.tab[p].e.c)
 			pos = append(pos, int64(p))
 		} else {
-			cs = append(cs, ratelimit.Counter{})
+			cs = append(cs, storekit.Counter{})
 			pos = append(pos, -1)
 			missing++
 		}
@@ -331,18 +335,18 @@ func (s *Store) Take(_ context.Context, r ratelimit.Request) (d ratelimit.Decisi
 		sh.mu.Unlock()
 		return d, fmt.Errorf("memorystore: %w: no room for key %q", ratelimit.ErrStoreFull, r.Key)
 	}
-	d = ratelimit.Apply(&r, cs)
+	d = storekit.Apply(&r, cs)
 	for i := range r.Limits {
 		if pos[i] >= 0 {
 			sh.tab[pos[i]].e = entry{c: cs[i], exp: cs[i].Expiry(r.Limits[i])}
 		}
 	}
 	for i := range r.Limits { // after the writes in place: an insert may move every slot
-		if pos[i] >= 0 || cs[i] == (ratelimit.Counter{}) {
+		if pos[i] >= 0 || cs[i] == (storekit.Counter{}) {
 			continue // written, or nothing to remember
 		}
 		e := entry{c: cs[i], exp: cs[i].Expiry(r.Limits[i])}
-		k := fingerprintOf(h1, h2, r.Limits[i].CounterID())
+		k := fingerprintOf(h1, h2, storekit.CounterID(r.Limits[i]))
 		if p := sh.find(k); p >= 0 { // two limits of one window
 			sh.tab[p].e = e
 			continue
@@ -423,7 +427,7 @@ func (s *Store) Acquire(_ context.Context, r ratelimit.LeaseRequest) (ratelimit.
 	if s.closed.Load() {
 		return ratelimit.Lease{}, ratelimit.ErrClosed
 	}
-	if err := ratelimit.ValidateLease(&r); err != nil {
+	if err := storekit.ValidateLease(&r); err != nil {
 		return ratelimit.Lease{}, fmt.Errorf("memorystore: %w", err)
 	}
 	if r.Now.IsZero() {

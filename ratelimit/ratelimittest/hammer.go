@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/seed-008287da/sluice/ratelimit"
+	"github.com/seed-008287da/sluice/ratelimit/storekit"
 )
 
 // HammerOptions sizes a Hammer run. Zero fields take their defaults.
@@ -39,15 +40,15 @@ func (o *HammerOptions) fill() {
 // phase carries the same Now, and a phase starts when the previous one has
 // ended. The number of calls a phase admits then does not depend on the
 // order the store serialised them in, so it must equal what a serial replay
-// of the same calls through ratelimit.Apply admits:
+// of the same calls through storekit.Apply admits:
 //
 //   - a fixed window admits exactly Count per window;
 //   - a sliding window admits what its weighted rate allows;
 //   - a token bucket admits what GCRA allows, and never more than
 //     Burst + Count×T/Window in any interval T;
 //   - several limits together admit what the tightest allows;
-//   - concurrency leases are never more than Max alive, as seen by the
-//     holders themselves.
+//   - concurrency leases (of a store that is also a ratelimit.LeaseStore)
+//     are never more than Max alive, as seen by the holders themselves.
 //
 // Each check uses its own key, so s may be shared with other tests.
 func Hammer(t *testing.T, s ratelimit.Store, o HammerOptions) {
@@ -96,7 +97,9 @@ func Hammer(t *testing.T, s ratelimit.Store, o HammerOptions) {
 		}
 		hammerPhases(t, s, o, "hammer/several", ls, phases(700*time.Millisecond))
 	})
-	t.Run("Leases", func(t *testing.T) { hammerLeases(t, s, o) })
+	if ls, ok := s.(ratelimit.LeaseStore); ok {
+		t.Run("Leases", func(t *testing.T) { hammerLeases(t, ls, o) })
+	}
 }
 
 // hammerPhases runs the phases and compares each phase's admitted count
@@ -105,7 +108,7 @@ func hammerPhases(t *testing.T, s ratelimit.Store, o HammerOptions, key string, 
 	t.Helper()
 	ctx := context.Background()
 	got := make([]int64, len(ts))
-	model := make([]ratelimit.Counter, len(ls))
+	model := make([]storekit.Counter, len(ls))
 	for p, at := range ts {
 		var admitted atomic.Int64
 		var wg sync.WaitGroup
@@ -132,7 +135,7 @@ func hammerPhases(t *testing.T, s ratelimit.Store, o HammerOptions, key string, 
 		var want int64
 		for range o.Goroutines * o.Calls {
 			r := ratelimit.Request{Key: key, Limits: ls, Now: At(at)}
-			if d := ratelimit.Apply(&r, model); d.Allowed {
+			if d := storekit.Apply(&r, model); d.Allowed {
 				want++
 			}
 		}
@@ -144,7 +147,7 @@ func hammerPhases(t *testing.T, s ratelimit.Store, o HammerOptions, key string, 
 	return got
 }
 
-func hammerLeases(t *testing.T, s ratelimit.Store, o HammerOptions) {
+func hammerLeases(t *testing.T, s ratelimit.LeaseStore, o HammerOptions) {
 	const maxLeases = 3
 	ctx := context.Background()
 	var live, granted atomic.Int64

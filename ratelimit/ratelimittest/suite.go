@@ -13,20 +13,34 @@ import (
 type Factory func(t *testing.T) ratelimit.Store
 
 // Run holds the store made by f to every timeline of the suite, one subtest
-// per timeline, each on a fresh store. It ends with a Hammer run with
-// default options.
+// per timeline, each on a fresh store. A store that is also a
+// ratelimit.LeaseStore is held to the lease timelines too; for any other
+// they are skipped. Run ends with a Hammer run with default options.
 func Run(t *testing.T, f Factory) {
 	for _, tl := range Timelines() {
 		t.Run(tl.Name, func(t *testing.T) { Play(t, open(t, f), tl) })
 	}
 	for _, tl := range LeaseTimelines() {
-		t.Run(tl.Name, func(t *testing.T) { PlayLeases(t, open(t, f), tl) })
+		t.Run(tl.Name, func(t *testing.T) { PlayLeases(t, openLeases(t, f), tl) })
 	}
 	t.Run("Invalid/Requests", func(t *testing.T) { testInvalidRequests(t, open(t, f)) })
-	t.Run("Invalid/Leases", func(t *testing.T) { testInvalidLeases(t, open(t, f)) })
+	t.Run("Invalid/Leases", func(t *testing.T) { testInvalidLeases(t, openLeases(t, f)) })
 	t.Run("Keys/Independent", func(t *testing.T) { testKeysIndependent(t, open(t, f)) })
-	t.Run("Leases/IndependentOfCounters", func(t *testing.T) { testLeasesIndependentOfCounters(t, open(t, f)) })
+	t.Run("Leases/IndependentOfCounters", func(t *testing.T) {
+		s := openLeases(t, f)
+		testLeasesIndependentOfCounters(t, s.(ratelimit.Store), s)
+	})
 	t.Run("Hammer", func(t *testing.T) { Hammer(t, open(t, f), HammerOptions{}) })
+}
+
+// openLeases opens a store and skips t when it keeps no leases.
+func openLeases(t *testing.T, f Factory) ratelimit.LeaseStore {
+	t.Helper()
+	ls, ok := open(t, f).(ratelimit.LeaseStore)
+	if !ok {
+		t.Skip("the store is not a ratelimit.LeaseStore")
+	}
+	return ls
 }
 
 func open(t *testing.T, f Factory) ratelimit.Store {
@@ -406,7 +420,7 @@ func testInvalidRequests(t *testing.T, s ratelimit.Store) {
 	}
 }
 
-func testInvalidLeases(t *testing.T, s ratelimit.Store) {
+func testInvalidLeases(t *testing.T, s ratelimit.LeaseStore) {
 	ctx := context.Background()
 	cases := []struct {
 		name string
@@ -464,9 +478,9 @@ func testKeysIndependent(t *testing.T, s ratelimit.Store) {
 
 // testLeasesIndependentOfCounters: a lease key and a counter key of the
 // same name do not see each other.
-func testLeasesIndependentOfCounters(t *testing.T, s ratelimit.Store) {
+func testLeasesIndependentOfCounters(t *testing.T, s ratelimit.Store, ls ratelimit.LeaseStore) {
 	ctx := context.Background()
-	l, err := s.Acquire(ctx, ratelimit.LeaseRequest{Key: "k", ID: "a", Max: 1, TTL: minute, Now: At(0)})
+	l, err := ls.Acquire(ctx, ratelimit.LeaseRequest{Key: "k", ID: "a", Max: 1, TTL: minute, Now: At(0)})
 	if err != nil || !l.Allowed {
 		t.Fatalf("Acquire: %+v, %v", l, err)
 	}
@@ -474,7 +488,7 @@ func testLeasesIndependentOfCounters(t *testing.T, s ratelimit.Store) {
 		{At: 0, Allowed: true, Remaining: []int64{0}},
 		{At: 0, Allowed: false},
 	}})
-	l, err = s.Acquire(ctx, ratelimit.LeaseRequest{Key: "k", ID: "b", Max: 2, TTL: minute, Now: At(0)})
+	l, err = ls.Acquire(ctx, ratelimit.LeaseRequest{Key: "k", ID: "b", Max: 2, TTL: minute, Now: At(0)})
 	if err != nil || !l.Allowed || l.Active != 2 {
 		t.Fatalf("Acquire after Take: %+v, %v; want allowed with 2 active", l, err)
 	}

@@ -8,10 +8,11 @@ import (
 	"time"
 
 	"github.com/seed-008287da/sluice/ratelimit"
+	"github.com/seed-008287da/sluice/ratelimit/storekit"
 )
 
 // TestSuiteOnReferenceStore holds the suite itself to account: a store that
-// is nothing but ratelimit.Apply behind one mutex must pass it. A failure
+// is nothing but storekit.Apply behind one mutex must pass it. A failure
 // here is a wrong table, not a wrong store.
 func TestSuiteOnReferenceStore(t *testing.T) {
 	Run(t, func(t *testing.T) ratelimit.Store { return newReference() })
@@ -60,7 +61,7 @@ type lease struct {
 // reference is the simplest correct store.
 type reference struct {
 	mu       sync.Mutex
-	counters map[counterKey]ratelimit.Counter
+	counters map[counterKey]storekit.Counter
 	leases   map[string][]lease
 
 	// Deliberate bugs for TestSuiteCatchesBrokenStores.
@@ -68,7 +69,7 @@ type reference struct {
 }
 
 func newReference() *reference {
-	return &reference{counters: map[counterKey]ratelimit.Counter{}, leases: map[string][]lease{}}
+	return &reference{counters: map[counterKey]storekit.Counter{}, leases: map[string][]lease{}}
 }
 
 func (s *reference) Take(_ context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
@@ -86,22 +87,22 @@ func (s *reference) Take(_ context.Context, r ratelimit.Request) (ratelimit.Deci
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cs := make([]ratelimit.Counter, len(r.Limits))
+	cs := make([]storekit.Counter, len(r.Limits))
 	for i, l := range r.Limits {
-		cs[i] = s.counters[counterKey{r.Key, l.CounterID()}]
+		cs[i] = s.counters[counterKey{r.Key, storekit.CounterID(l)}]
 		if s.forgetPrev {
 			cs[i].Prev = 0
 		}
 	}
-	d := ratelimit.Apply(&r, cs)
+	d := storekit.Apply(&r, cs)
 	for i, l := range r.Limits {
-		s.counters[counterKey{r.Key, l.CounterID()}] = cs[i]
+		s.counters[counterKey{r.Key, storekit.CounterID(l)}] = cs[i]
 	}
 	return d, nil
 }
 
 func (s *reference) Acquire(_ context.Context, r ratelimit.LeaseRequest) (ratelimit.Lease, error) {
-	if err := ratelimit.ValidateLease(&r); err != nil {
+	if err := storekit.ValidateLease(&r); err != nil {
 		return ratelimit.Lease{}, err
 	}
 	s.mu.Lock()

@@ -1,11 +1,11 @@
 // Package ratelimittest holds the conformance suite every ratelimit.Store
-// must pass, and the timeline helpers it is written with.
+// (and ratelimit.LeaseStore) must pass, and the timeline helpers it is written with.
 //
 // A store's test calls Run with a Factory that returns a fresh, empty store.
 // Every call of the suite passes an explicit Request.Now on a symbolic
 // timeline (offsets from T0), so a store must decide by the caller's clock:
 // a Redis store runs the suite in its caller-clock mode. The same tables
-// hold the Go math (ratelimit.Apply) and the Redis scripts in lockstep.
+// hold the Go math (storekit.Apply) and the Redis scripts in lockstep.
 //
 // Hammer is the concurrent check: many goroutines on one key, compared with
 // a serial replay of the same calls.
@@ -168,14 +168,14 @@ type LeaseTimeline struct {
 
 // PlayLeases runs tl on s and fails t at the first step whose result
 // differs from the expected one, naming the step's index and time.
-func PlayLeases(t testing.TB, s ratelimit.Store, tl LeaseTimeline) {
+func PlayLeases(t testing.TB, s ratelimit.LeaseStore, tl LeaseTimeline) {
 	t.Helper()
 	if err := playLeases(s, tl); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func playLeases(s ratelimit.Store, tl LeaseTimeline) error {
+func playLeases(s ratelimit.LeaseStore, tl LeaseTimeline) error {
 	ctx := context.Background()
 	for i, st := range tl.Steps {
 		key := tl.Key

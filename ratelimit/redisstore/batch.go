@@ -11,6 +11,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/seed-008287da/sluice/ratelimit"
+	"github.com/seed-008287da/sluice/ratelimit/storekit"
 )
 
 // Batching. Concurrent synchronous decisions are gathered into one
@@ -390,7 +391,7 @@ func indexByte(s string, b byte) int {
 }
 
 // decodeTake turns one request's share of a take.lua reply into a
-// decision, replaying ratelimit.Apply on the counters the script read.
+// decision, replaying storekit.Apply on the counters the script read.
 func (s *Store) decodeTake(r *ratelimit.Request, vals []rueidis.RedisMessage) (ratelimit.Decision, error) {
 	n := len(r.Limits)
 	if len(vals) != 2+3*n {
@@ -405,18 +406,18 @@ func (s *Store) decodeTake(r *ratelimit.Request, vals []rueidis.RedisMessage) (r
 	if err != nil {
 		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua: %w", ErrBadReply, err)
 	}
-	var buf [4]ratelimit.Counter
+	var buf [4]storekit.Counter
 	cs := buf[:0]
 	for i := range n {
-		cs = append(cs, ratelimit.Counter{Start: ints[2+3*i], Cur: ints[3+3*i], Prev: ints[4+3*i]})
+		cs = append(cs, storekit.Counter{Start: ints[2+3*i], Cur: ints[3+3*i], Prev: ints[4+3*i]})
 	}
 	rr := *r
 	if !s.opts.CallerClock {
 		rr.Now = time.UnixMicro(ints[1])
 	}
-	d := ratelimit.Apply(&rr, cs)
+	d := storekit.Apply(&rr, cs)
 	if d.Allowed != (ints[0] == 1) {
-		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua decided allowed=%v but ratelimit.Apply %v for %q", ErrBadReply, ints[0] == 1, d.Allowed, r.Key)
+		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua decided allowed=%v but storekit.Apply %v for %q", ErrBadReply, ints[0] == 1, d.Allowed, r.Key)
 	}
 	s.local.put(r, cs, nil, nil, nil)
 	return d, nil

@@ -12,6 +12,7 @@ import (
 	"github.com/seed-008287da/sluice/internal/testservers"
 	"github.com/seed-008287da/sluice/ratelimit"
 	"github.com/seed-008287da/sluice/ratelimit/ratelimittest"
+	"github.com/seed-008287da/sluice/ratelimit/storekit"
 )
 
 func oneTake(t *testing.T, c *Client) ratelimit.Decision {
@@ -147,12 +148,12 @@ func TestBadReplies(t *testing.T) {
 
 	// Token buckets are decided by take.lua, which reports the same way.
 	lim := []ratelimit.Limit{ratelimit.PerMinute(5).TokenBucket(5)}
-	srv.Do(t, "HSET", s.counterKey("b", lim[0].CounterID()), "f", "v")
+	srv.Do(t, "HSET", s.counterKey("b", storekit.CounterID(lim[0])), "f", "v")
 	_, err = s.Take(ctx, ratelimit.Request{Key: "b", Limits: lim, Now: now})
 	if !errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), "take.lua") {
 		t.Fatalf("Take over a hash: %v, want ErrBadReply naming WRONGTYPE and take.lua", err)
 	}
-	srv.Do(t, "SET", s.counterKey("b2", lim[0].CounterID()), "12 x 3")
+	srv.Do(t, "SET", s.counterKey("b2", storekit.CounterID(lim[0])), "12 x 3")
 	if _, err := s.Take(ctx, ratelimit.Request{Key: "b2", Limits: lim, Now: now}); !errors.Is(err, ErrBadReply) || !strings.Contains(err.Error(), "12 x 3") {
 		t.Fatalf("Take over a corrupt TAT: %v, want ErrBadReply quoting the value", err)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/seed-008287da/sluice/ratelimit"
+	"github.com/seed-008287da/sluice/ratelimit/storekit"
 )
 
 // Window limits in synchronous mode. A window's count is a plain integer
@@ -21,7 +22,7 @@ import (
 //	GET     <prev>             the previous window's count (sliding only,
 //	                           until it is final: see below)
 //
-// and decides with ratelimit.Apply over the counts before its own hit. A
+// and decides with storekit.Apply over the counts before its own hit. A
 // call that is denied takes its cost back with DECRBY from every window
 // that must not keep it (all of them, or with Penalty those after the
 // first that denied). Redis runs each command alone, so each window's
@@ -87,7 +88,7 @@ func (s *Store) takeIncr(ctx context.Context, r *ratelimit.Request) (ratelimit.D
 	if s.opts.CallerClock {
 		minTTL = int64(callerClockTTL / time.Millisecond)
 	}
-	var csBuf [4]ratelimit.Counter
+	var csBuf [4]storekit.Counter
 	cs := csBuf[:0]
 	c := newCall()
 	c.plain, c.cost, c.now = true, r.Cost, r.Now
@@ -95,19 +96,19 @@ func (s *Store) takeIncr(ctx context.Context, r *ratelimit.Request) (ratelimit.D
 		l := &r.Limits[i]
 		w := int64(l.Window / time.Millisecond)
 		start := nowMs - (nowMs%w+w)%w
-		cs = append(cs, ratelimit.Counter{Start: start})
-		u := sharedCounter(r.Limits[:i], l.CounterID())
+		cs = append(cs, storekit.Counter{Start: start})
+		u := sharedCounter(r.Limits[:i], storekit.CounterID(*l))
 		sliding := l.Algorithm == ratelimit.SlidingWindow
 		if u < 0 {
 			u = len(c.cur)
-			cur, prev := s.windowKeys(r.Key, l.CounterID(), start, w, sliding)
+			cur, prev := s.windowKeys(r.Key, storekit.CounterID(*l), start, w, sliding)
 			c.cur = append(c.cur, cur)
 			c.ttl = append(c.ttl, max(start+2*w-nowMs+windowSlack.Milliseconds(), minTTL, 1))
 			c.prev = append(c.prev, prev)
 		} else {
 			u = c.of[u]
 			if sliding && c.prev[u] == "" {
-				_, c.prev[u] = s.windowKeys(r.Key, l.CounterID(), start, w, true)
+				_, c.prev[u] = s.windowKeys(r.Key, storekit.CounterID(*l), start, w, true)
 			}
 		}
 		c.of = append(c.of, u)
@@ -153,7 +154,7 @@ func (s *Store) takeIncr(ctx context.Context, r *ratelimit.Request) (ratelimit.D
 // or -1.
 func sharedCounter(ls []ratelimit.Limit, id uint64) int {
 	for j := range ls {
-		if ls[j].CounterID() == id {
+		if storekit.CounterID(ls[j]) == id {
 			return j
 		}
 	}
@@ -186,7 +187,7 @@ func (s *Store) abandon(c *takeCall) {
 
 // decideIncr decides r from the results of c's commands. cs holds the
 // window starts.
-func (s *Store) decideIncr(ctx context.Context, r *ratelimit.Request, c *takeCall, cs []ratelimit.Counter, res []rueidis.RedisResult) (ratelimit.Decision, error) {
+func (s *Store) decideIncr(ctx context.Context, r *ratelimit.Request, c *takeCall, cs []storekit.Counter, res []rueidis.RedisResult) (ratelimit.Decision, error) {
 	// Read every reply; a counter whose INCRBY landed is remembered so
 	// that a request that fails half way takes its hits back.
 	var curBuf, prevBuf [4]int64
@@ -235,7 +236,7 @@ func (s *Store) decideIncr(ctx context.Context, r *ratelimit.Request, c *takeCal
 	for i := range cs {
 		cs[i].Cur, cs[i].Prev = curs[c.of[i]], prevs[c.of[i]]
 	}
-	d := ratelimit.Apply(r, cs)
+	d := storekit.Apply(r, cs)
 	if !d.Allowed {
 		// A counter shared by several limits keeps the cost when the last
 		// of them counted it, as a store writing each limit's counter in
@@ -311,7 +312,7 @@ func (s *Store) expireLate(ctx context.Context, r *ratelimit.Request, c *takeCal
 			for i, u := range c.of {
 				if u == idx[j] {
 					c.expire[u] = false // put must not mark it
-					s.local.unmarkExpired(r.Key, r.Limits[i].CounterID())
+					s.local.unmarkExpired(r.Key, storekit.CounterID(r.Limits[i]))
 				}
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/seed-008287da/sluice/internal/testservers"
 	"github.com/seed-008287da/sluice/ratelimit"
 	"github.com/seed-008287da/sluice/ratelimit/ratelimittest"
+	"github.com/seed-008287da/sluice/ratelimit/storekit"
 )
 
 var getCalls = regexp.MustCompile(`cmdstat_get:calls=(\d+)`)
@@ -320,7 +321,7 @@ func TestJournalIsTrimmedByAge(t *testing.T) {
 	syncAt(t, b, later)
 	log := a.tag + "}:journal:log"
 	entries, _ := srv.Do(t, "LRANGE", log, "0", "-1").([]any)
-	if len(entries) != 1 || entries[0] != encodeMembers([]string{journalMember("new", lim[0].CounterID())}) {
+	if len(entries) != 1 || entries[0] != encodeMembers([]string{journalMember("new", storekit.CounterID(lim[0]))}) {
 		t.Fatalf("journal entries after the retention %q, want only b's call with the new counter", entries)
 	}
 	take(t, b, ratelimit.Request{Key: "old", Limits: lim, Now: later})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/seed-008287da/sluice/ratelimit"
+	"github.com/seed-008287da/sluice/ratelimit/storekit"
 )
 
 // Kong's layout (spec §2.8), used with Options.KongLayout: one hash per
@@ -50,7 +51,7 @@ func windowStart(l ratelimit.Limit, now time.Time) int64 {
 
 // takeKong decides r in Kong's layout in synchronous mode: one pipeline
 // adds the cost to every window and reads the previous windows back, and
-// the decision is ratelimit.Apply over the totals. A second pipeline takes
+// the decision is storekit.Apply over the totals. A second pipeline takes
 // the cost back from the windows that must not keep it.
 func (s *Store) takeKong(ctx context.Context, r *ratelimit.Request) (ratelimit.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
@@ -73,7 +74,7 @@ func (s *Store) takeKong(ctx context.Context, r *ratelimit.Request) (ratelimit.D
 		return s.rc.B().Hget().Key(s.kongHash(start-int64(l.Window/time.Millisecond), l.Window)).Field(r.Key).Build()
 	})
 	s.redisCalls.Add(uint64(trips))
-	var buf [4]ratelimit.Counter
+	var buf [4]storekit.Counter
 	cs := buf[:0]
 	for i := range n {
 		total, err := res[3*i].AsInt64()
@@ -92,10 +93,10 @@ func (s *Store) takeKong(ctx context.Context, r *ratelimit.Request) (ratelimit.D
 			s.record(r.Now, err)
 			return ratelimit.Decision{}, err
 		}
-		cs = append(cs, ratelimit.Counter{Start: starts[i], Cur: total - r.Cost, Prev: prev})
+		cs = append(cs, storekit.Counter{Start: starts[i], Cur: total - r.Cost, Prev: prev})
 	}
 	s.record(r.Now, nil)
-	d := ratelimit.Apply(r, cs)
+	d := storekit.Apply(r, cs)
 	s.local.put(r, cs, nil, nil, nil)
 	if d.Allowed {
 		return d, nil
@@ -175,7 +176,7 @@ func (s *Store) syncKong(ctx context.Context, now time.Time, items []syncItem) e
 			v[k] = x
 		}
 		it := &items[j]
-		s.local.merge(it, ratelimit.Counter{Start: windowStart(it.lim, now), Cur: v[0], Prev: v[1]}, nowUs, 0)
+		s.local.merge(it, storekit.Counter{Start: windowStart(it.lim, now), Cur: v[0], Prev: v[1]}, nowUs, 0)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/seed-008287da/sluice/ratelimit"
+	"github.com/seed-008287da/sluice/ratelimit/storekit"
 )
 
 // local holds the node's own counters: all of them with sync_rate -1, the
@@ -42,7 +43,7 @@ type pend struct {
 }
 
 type entry struct {
-	c   ratelimit.Counter
+	c   storekit.Counter
 	lim ratelimit.Limit
 	// two windows can have hits waiting: the current one and the one
 	// before, when a window edge passed since the last cycle.
@@ -80,13 +81,13 @@ func (l *local) shardIndex(key string) int {
 // it is sliding if any of them is (a push then reads its previous window).
 func (l *local) take(r *ratelimit.Request, track bool) ratelimit.Decision {
 	sh := l.shard(r.Key)
-	var buf [4]ratelimit.Counter
+	var buf [4]storekit.Counter
 	var ebuf [4]*entry
 	cs, ents := buf[:0], ebuf[:0]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	for _, lim := range r.Limits {
-		k := lkey{r.Key, lim.CounterID()}
+		k := lkey{r.Key, storekit.CounterID(lim)}
 		e := sh.m[k]
 		if e == nil {
 			e = &entry{lim: lim}
@@ -102,12 +103,12 @@ func (l *local) take(r *ratelimit.Request, track bool) ratelimit.Decision {
 		ents = append(ents, e)
 		cs = append(cs, e.c)
 	}
-	var preBuf [4]ratelimit.Counter
+	var preBuf [4]storekit.Counter
 	pre := preBuf[:0]
 	if track {
 		pre = append(pre, cs...)
 	}
-	d := ratelimit.Apply(r, cs)
+	d := storekit.Apply(r, cs)
 	nowUs := r.Now.UnixMicro()
 	for i, e := range ents {
 		if slices.Contains(ents[i+1:], e) {
@@ -116,7 +117,7 @@ func (l *local) take(r *ratelimit.Request, track bool) ratelimit.Decision {
 		if track && d.State(i).Counted {
 			if !e.dirty {
 				e.dirty = true
-				sh.dirty = append(sh.dirty, lkey{r.Key, r.Limits[i].CounterID()})
+				sh.dirty = append(sh.dirty, lkey{r.Key, storekit.CounterID(r.Limits[i])})
 			}
 			if e.lim.Algorithm == ratelimit.TokenBucket {
 				e.pend[0].d += cs[i].Start - max(pre[i].Start, nowUs)
@@ -157,11 +158,11 @@ func (e *entry) addPend(start, d int64) {
 //
 // final, when not nil, flags by counter the previous windows read once
 // final (see prevGrace).
-func (l *local) put(r *ratelimit.Request, cs []ratelimit.Counter, of []int, expired, final []bool) {
+func (l *local) put(r *ratelimit.Request, cs []storekit.Counter, of []int, expired, final []bool) {
 	sh := l.shard(r.Key)
 	sh.mu.Lock()
 	for i, lim := range r.Limits {
-		k := lkey{r.Key, lim.CounterID()}
+		k := lkey{r.Key, storekit.CounterID(lim)}
 		e := sh.m[k]
 		if e == nil {
 			e = &entry{}
@@ -204,11 +205,11 @@ func (l *local) markExpired(key string, id uint64, start int64) {
 // of[i] in the window starting at cs[i].Start: it sets need[of[i]] when
 // this node has not yet given that window its time to live, and, when it
 // holds the previous window's final count, known[of[i]] and prev[of[i]].
-func (l *local) lookup(r *ratelimit.Request, of []int, cs []ratelimit.Counter, need, known []bool, prev []int64) {
+func (l *local) lookup(r *ratelimit.Request, of []int, cs []storekit.Counter, need, known []bool, prev []int64) {
 	sh := l.shard(r.Key)
 	sh.mu.Lock()
 	for i, lim := range r.Limits {
-		e := sh.m[lkey{r.Key, lim.CounterID()}]
+		e := sh.m[lkey{r.Key, storekit.CounterID(lim)}]
 		if e == nil || e.expires != cs[i].Start {
 			need[of[i]] = true
 		}
@@ -221,7 +222,7 @@ func (l *local) lookup(r *ratelimit.Request, of []int, cs []ratelimit.Counter, n
 
 // addAt adds d hits of the window starting at start to c, rolling c
 // forward when start is newer.
-func addAt(c *ratelimit.Counter, w, start, d int64) {
+func addAt(c *storekit.Counter, w, start, d int64) {
 	if start > c.Start {
 		if c.Start == start-w {
 			c.Prev = c.Cur

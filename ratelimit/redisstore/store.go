@@ -6,7 +6,7 @@
 // commands (see incr.go), exactly (a call is admitted only if its own
 // INCRBY left the count within the limit). Token buckets are decided
 // atomically by an embedded Lua script, all limits of one key in one
-// round trip, with the integer math of ratelimit.Apply. Concurrent
+// round trip, with the integer math of storekit.Apply. Concurrent
 // decisions are batched into one pipeline (one script call per Cluster
 // slot) and share a few connections through rueidis' automatic
 // pipelining, so one Redis shard is not held to one script call or one
@@ -47,6 +47,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/seed-008287da/sluice/ratelimit"
+	"github.com/seed-008287da/sluice/ratelimit/storekit"
 )
 
 // LocalOnly is the SyncRate that never consults Redis (Kong's sync_rate -1).
@@ -55,7 +56,7 @@ const LocalOnly time.Duration = -1
 // ErrBadReply wraps every error about a reply the store cannot use: a reply
 // of the wrong shape, a Redis error such as WRONGTYPE (a foreign value
 // under one of the store's keys), or a script that disagrees with
-// ratelimit.Apply.
+// storekit.Apply.
 var ErrBadReply = errors.New("redisstore: bad reply from redis")
 
 // ErrUnavailable is returned, with Options.Strict, instead of a local
@@ -183,7 +184,10 @@ type Store struct {
 	nplans atomic.Int64
 }
 
-var _ ratelimit.Store = (*Store)(nil)
+var (
+	_ ratelimit.Store      = (*Store)(nil)
+	_ ratelimit.LeaseStore = (*Store)(nil)
+)
 
 // New returns a store for one namespace over c. Stores are cheap: create
 // one per namespace and share the Client.
@@ -315,7 +319,7 @@ func checkExact(r *ratelimit.Request, cost int64) error {
 }
 
 // emission returns a token bucket's emission interval in microseconds,
-// W/Count rounded up and at least 1, as ratelimit.Apply computes it.
+// W/Count rounded up and at least 1, as storekit.Apply computes it.
 func emission(l *ratelimit.Limit) uint64 {
 	wUs := uint64(l.Window / time.Microsecond)
 	c := uint64(l.Count)
@@ -474,12 +478,12 @@ func floorDiv(a, b int64) int64 {
 
 // takeRedis decides r with take.lua, in a batch with other concurrent
 // decisions unless MaxBatch is 1, and rebuilds the decision with
-// ratelimit.Apply from the counters the script read.
+// storekit.Apply from the counters the script read.
 func (s *Store) takeRedis(ctx context.Context, r *ratelimit.Request) (ratelimit.Decision, error) {
 	c := newCall()
 	c.keys = make([]string, len(r.Limits))
 	for i, l := range r.Limits {
-		c.keys[i] = s.counterKey(r.Key, l.CounterID())
+		c.keys[i] = s.counterKey(r.Key, storekit.CounterID(l))
 	}
 	c.plan, c.nowArg, c.n, c.now = s.plan(r), s.nowArg(r.Now), len(r.Limits), r.Now
 	if s.cluster {
@@ -598,7 +602,7 @@ func (s *Store) Acquire(ctx context.Context, r ratelimit.LeaseRequest) (ratelimi
 	if s.closed.Load() {
 		return ratelimit.Lease{}, ratelimit.ErrClosed
 	}
-	if err := ratelimit.ValidateLease(&r); err != nil {
+	if err := storekit.ValidateLease(&r); err != nil {
 		return ratelimit.Lease{}, err
 	}
 	if r.Now.IsZero() {

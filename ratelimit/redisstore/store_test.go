@@ -13,6 +13,7 @@ import (
 	"github.com/seed-008287da/sluice/internal/testservers"
 	"github.com/seed-008287da/sluice/ratelimit"
 	"github.com/seed-008287da/sluice/ratelimit/ratelimittest"
+	"github.com/seed-008287da/sluice/ratelimit/storekit"
 )
 
 // dial connects to cfg and closes the client when the test ends.
@@ -111,7 +112,7 @@ func TestConformanceStandalone(t *testing.T) {
 }
 
 // The windows of a request that also has a token bucket go to take.lua,
-// whose window arithmetic must agree with ratelimit.Apply just as well.
+// whose window arithmetic must agree with storekit.Apply just as well.
 func TestConformanceStandaloneScript(t *testing.T) {
 	_, c := standalone(t)
 	ratelimittest.Run(t, factoryOf(c, Options{}, true))
@@ -144,7 +145,7 @@ func TestRedisHoldsTheCounters(t *testing.T) {
 		t.Fatalf("fourth call on another node: allowed=%v err=%v", d.Allowed, err)
 	}
 	// One key per window, named by its start, holding the count.
-	key := s.counterKey("user:1", r.Limits[0].CounterID()) + ":" + strconv.FormatInt(ratelimittest.T0.UnixMilli(), 10)
+	key := s.counterKey("user:1", storekit.CounterID(r.Limits[0])) + ":" + strconv.FormatInt(ratelimittest.T0.UnixMilli(), 10)
 	if got := srv.Do(t, "GET", key); got != "3" {
 		t.Fatalf("GET %s = %v, want 3", key, got)
 	}
@@ -160,7 +161,7 @@ func TestRedisHoldsTheCounters(t *testing.T) {
 func testWindowKey(s *Store, key string, l ratelimit.Limit, now time.Time) string {
 	w := l.Window.Milliseconds()
 	ms := now.UnixMilli()
-	cur, _ := s.windowKeys(key, l.CounterID(), ms-ms%w, w, false)
+	cur, _ := s.windowKeys(key, storekit.CounterID(l), ms-ms%w, w, false)
 	return cur
 }
 
@@ -230,7 +231,7 @@ func TestScriptLeavesAForeignWindowKey(t *testing.T) {
 	if typ, _ := srv.Do(t, "TYPE", key).(string); typ != "hash" {
 		t.Fatalf("the foreign key became a %s", typ)
 	}
-	if n := srv.Do(t, "EXISTS", s.counterKey("k", lim[1].CounterID())); n != int64(0) {
+	if n := srv.Do(t, "EXISTS", s.counterKey("k", storekit.CounterID(lim[1]))); n != int64(0) {
 		t.Fatal("the failed request's bucket was written")
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/rueidis"
 	"github.com/seed-008287da/sluice/ratelimit"
+	"github.com/seed-008287da/sluice/ratelimit/storekit"
 )
 
 // sweepInterval is how often a store that does not sync periodically drops
@@ -188,7 +189,7 @@ func (l *local) holds(k lkey) (syncItem, bool) {
 // count (read from Redis once final, see prevGrace), which the node keeps
 // for the rest of the window instead of reading it on every push; 0
 // otherwise.
-func (l *local) merge(it *syncItem, remote ratelimit.Counter, nowUs, final int64) {
+func (l *local) merge(it *syncItem, remote storekit.Counter, nowUs, final int64) {
 	sh := l.shard(it.key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -438,7 +439,7 @@ func (s *Store) push(ctx context.Context, items []syncItem, nowArg string, nowUs
 				fail(fmt.Errorf("%w: sync.lua: %w", ErrBadReply, err))
 				continue
 			}
-			s.local.merge(&items[k], ratelimit.Counter{Start: n[0], Cur: n[1], Prev: n[2]}, nowUs, 0)
+			s.local.merge(&items[k], storekit.Counter{Start: n[0], Cur: n[1], Prev: n[2]}, nowUs, 0)
 		}
 	}
 	s.mergeWindows(ctx, items, wins, ops, res[len(calls):], nowUs, fail)
@@ -687,7 +688,7 @@ func (s *Store) mergeWindows(ctx context.Context, items []syncItem, wins []winPu
 			// the edge.
 			final = wp.s
 		}
-		s.local.merge(it, ratelimit.Counter{Start: wp.s, Cur: c, Prev: p}, nowUs, final)
+		s.local.merge(it, storekit.Counter{Start: wp.s, Cur: c, Prev: p}, nowUs, final)
 		if expired != 0 {
 			s.local.markExpired(it.key, it.id, expired)
 		}

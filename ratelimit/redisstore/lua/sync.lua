@@ -11,7 +11,7 @@
 --
 -- A bucket's new TAT is max(TAT, now) + d: the node's admissions, applied
 -- as if they had arrived now. Reply: per key, 3 values: the TAT after the
--- push and two zeros (a ratelimit.Counter); a key that does not hold a TAT
+-- push and two zeros (a storekit.Counter); a key that does not hold a TAT
 -- gives instead an error text and two zeros, and is left as it is (the
 -- other keys are unaffected).
 

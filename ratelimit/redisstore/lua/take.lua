@@ -1,6 +1,6 @@
 -- take.lua: decide a batch of requests, each against several limits of
--- one key, atomically. Each request mirrors ratelimit.Apply (package
--- ratelimit, algorithms.go) step for step; Go then replays Apply on the
+-- one key, atomically. Each request mirrors storekit.Apply (package
+-- ratelimit/storekit, apply.go) step for step; Go then replays Apply on the
 -- counters this script read, so the reported figures come from the one Go
 -- statement of the math and this script only has to agree on allow/deny
 -- and on the stored counts. Requests are decided in order, so a batch is
@@ -39,7 +39,7 @@
 --
 -- Reply: per request, 2 + 3n values: { allowed (1 or 0), now_us, s_1, c_1,
 -- p_1, ..., s_n, c_n, p_n } where s_i, c_i, p_i are the counter before the
--- request as ratelimit.Counter holds it: for a window, the start of the
+-- request as storekit.Counter holds it: for a window, the start of the
 -- window of now, its count and the previous window's count (0 for a fixed
 -- window); for a bucket, the TAT and two zeros. A request that fails (a
 -- key holding another type, a count that is not an integer) gives instead

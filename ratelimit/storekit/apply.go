@@ -1,4 +1,4 @@
-package ratelimit
+package storekit
 
 // NOTE on what counts as a hit. This file is the one statement of the
 // algorithms' math; the Redis scripts mirror it line for line and the
@@ -46,10 +46,12 @@ import (
 	"math"
 	"math/bits"
 	"time"
+
+	"github.com/seed-008287da/sluice/ratelimit"
 )
 
 // Counter is the stored state of one limit for one key. Stores keep one per
-// (key, Limit.CounterID) and treat it as opaque; only Apply interprets it.
+// (key, CounterID) and treat it as opaque; only Apply interprets it.
 //
 // For window algorithms Start is the start of the current window in Unix
 // milliseconds, Cur its count and Prev the count of the window before it.
@@ -65,9 +67,9 @@ type Counter struct {
 // sliding limits of the same window share one counter, as Kong's windows
 // do, so switching window_type keeps the counts; a token bucket has its
 // own.
-func (l Limit) CounterID() uint64 {
+func CounterID(l ratelimit.Limit) uint64 {
 	id := uint64(l.Window/time.Millisecond) << 1
-	if l.Algorithm == TokenBucket {
+	if l.Algorithm == ratelimit.TokenBucket {
 		id |= 1
 	}
 	return id
@@ -75,9 +77,9 @@ func (l Limit) CounterID() uint64 {
 
 // Expiry returns the Unix time in nanoseconds after which c no longer
 // affects any decision for l and may be dropped.
-func (c Counter) Expiry(l Limit) int64 {
+func (c Counter) Expiry(l ratelimit.Limit) int64 {
 	w := int64(l.Window / time.Millisecond)
-	if l.Algorithm == TokenBucket {
+	if l.Algorithm == ratelimit.TokenBucket {
 		return c.Start * int64(time.Microsecond)
 	}
 	return (c.Start + 2*w) * int64(time.Millisecond)
@@ -87,14 +89,11 @@ func (c Counter) Expiry(l Limit) int64 {
 // and updates them. r.Now must be set and r.Limits valid (see
 // ValidateLimits); r.Cost zero means 1. Apply is pure: the whole decision
 // is a function of its arguments.
-func Apply(r *Request, cs []Counter) (d Decision) {
-	// d is the named result and every limit's state is written in place:
-	// a Decision is a few hundred bytes, and copying it showed in profiles.
-	d.Allowed, d.Denied = true, -1
-	d.n = len(r.Limits)
-	if d.n > inlineStates {
-		d.more = make([]LimitState, d.n-inlineStates)
-	}
+func Apply(r *ratelimit.Request, cs []Counter) ratelimit.Decision {
+	allowed, denied := true, -1
+	var retry time.Duration
+	var ss states
+	ss.Grow(len(r.Limits))
 	cost := r.Cost
 	if cost <= 0 {
 		cost = 1
@@ -113,50 +112,49 @@ func Apply(r *Request, cs []Counter) (d Decision) {
 	for i := range r.Limits {
 		l := &r.Limits[i]
 		c := &cs[i]
-		s := d.statePtr(i)
-		if l.Algorithm == TokenBucket {
-			wait := takeBucket(l, c, nowUs, cost, d.Denied < 0, s)
-			d.RetryAfter = max(d.RetryAfter, wait)
+		s := ss.At(i)
+		if l.Algorithm == ratelimit.TokenBucket {
+			wait := takeBucket(l, c, nowUs, cost, denied < 0, s)
+			retry = max(retry, wait)
 		} else {
 			roll(c, l, nowMs)
 			beforeAt[i] = c.Cur
-			takeWindow(l, c, nowMs, nowNs, cost, d.Denied < 0, s)
+			takeWindow(l, c, nowMs, nowNs, cost, denied < 0, s)
 		}
-		if s.Exceeded && d.Denied < 0 {
-			d.Allowed = false
-			d.Denied = i
+		if s.Exceeded && denied < 0 {
+			allowed = false
+			denied = i
 		}
 	}
-	if d.Allowed {
-		d.RetryAfter = 0
-		return d
+	if allowed {
+		return newDecision(true, -1, 0, ss)
 	}
 
 	// Undo the tentative additions that a denied call does not keep, then
 	// say how long the windows need, as they stand, to admit the cost.
 	for i := range r.Limits {
 		l := &r.Limits[i]
-		st := d.statePtr(i)
-		if st.Counted && (l.Algorithm == TokenBucket || !r.Penalty) {
-			if l.Algorithm == TokenBucket {
+		st := ss.At(i)
+		if st.Counted && (l.Algorithm == ratelimit.TokenBucket || !r.Penalty) {
+			if l.Algorithm == ratelimit.TokenBucket {
 				cs[i].Start -= satMul(cost, emission(l))
 			} else {
 				cs[i].Cur = beforeAt[i]
 			}
 			st.Counted = false
 		}
-		if l.Algorithm != TokenBucket {
+		if l.Algorithm != ratelimit.TokenBucket {
 			c := &cs[i]
-			d.RetryAfter = max(d.RetryAfter, windowWait(l, c.Start, c.Cur, c.Prev, nowMs, nowNs, cost))
+			retry = max(retry, windowWait(l, c.Start, c.Cur, c.Prev, nowMs, nowNs, cost))
 		}
 	}
-	return d
+	return newDecision(false, denied, retry, ss)
 }
 
 // roll moves c to the window that contains nowMs. A clock that steps back
 // into an older window keeps counting in the newest one: that can only
 // deny more, never admit more.
-func roll(c *Counter, l *Limit, nowMs int64) {
+func roll(c *Counter, l *ratelimit.Limit, nowMs int64) {
 	w := int64(l.Window / time.Millisecond)
 	start := nowMs - floorMod(nowMs, w)
 	switch {
@@ -173,7 +171,7 @@ func roll(c *Counter, l *Limit, nowMs int64) {
 
 // takeWindow evaluates a fixed or sliding limit. When add is true the cost
 // is added to c.Cur (tentatively; Apply undoes it if needed).
-func takeWindow(l *Limit, c *Counter, nowMs, nowNs, cost int64, add bool, s *LimitState) {
+func takeWindow(l *ratelimit.Limit, c *Counter, nowMs, nowNs, cost int64, add bool, s *ratelimit.LimitState) {
 	w := int64(l.Window / time.Millisecond)
 	e := nowMs - c.Start // ms elapsed in the window; negative after a clock step back
 	if e < 0 {
@@ -181,7 +179,7 @@ func takeWindow(l *Limit, c *Counter, nowMs, nowNs, cost int64, add bool, s *Lim
 	}
 	rem := w - e // weight numerator of the previous window, in 1..w
 	windowEnd := time.Duration((c.Start+w)*int64(time.Millisecond) - nowNs)
-	*s = LimitState{Limit: *l}
+	*s = ratelimit.LimitState{Limit: *l}
 	cur := c.Cur
 	if add {
 		if cur > math.MaxInt64-cost { // saturate: a count past MaxInt64 is over any limit
@@ -192,7 +190,7 @@ func takeWindow(l *Limit, c *Counter, nowMs, nowNs, cost int64, add bool, s *Lim
 		c.Cur = cur
 		s.Counted = true
 	}
-	sliding := l.Algorithm == SlidingWindow || !add // a read uses the sliding weight (Kong)
+	sliding := l.Algorithm == ratelimit.SlidingWindow || !add // a read uses the sliding weight (Kong)
 	if sliding {
 		// total/w is the rate; compare total with Count*w exactly.
 		total := mul(uint64(cur), uint64(w)).add(mul(uint64(c.Prev), uint64(rem)))
@@ -201,8 +199,8 @@ func takeWindow(l *Limit, c *Counter, nowMs, nowNs, cost int64, add bool, s *Lim
 		if total.cmp(limit) > 0 {
 			s.Exceeded = true
 			over := (s.Used - float64(l.Count)) / float64(l.Count) * float64(l.Window)
-			if over >= float64(InfDuration-windowEnd) { // a huge penalty: never clear
-				s.Reset = InfDuration
+			if over >= float64(ratelimit.InfDuration-windowEnd) { // a huge penalty: never clear
+				s.Reset = ratelimit.InfDuration
 			} else {
 				s.Reset = windowEnd + time.Duration(over)
 			}
@@ -223,9 +221,9 @@ func takeWindow(l *Limit, c *Counter, nowMs, nowNs, cost int64, add bool, s *Lim
 // windowWait returns how long until a call of cost would pass l, given the
 // counts of the window starting at start (Unix ms) and of the one before,
 // and no other traffic.
-func windowWait(l *Limit, start, cur, prev, nowMs, nowNs, cost int64) time.Duration {
+func windowWait(l *ratelimit.Limit, start, cur, prev, nowMs, nowNs, cost int64) time.Duration {
 	if cost > l.Count {
-		return InfDuration
+		return ratelimit.InfDuration
 	}
 	w := int64(l.Window / time.Millisecond)
 	at := func(ms int64) time.Duration { // wait until the absolute millisecond ms
@@ -235,7 +233,7 @@ func windowWait(l *Limit, start, cur, prev, nowMs, nowNs, cost int64) time.Durat
 		}
 		return d
 	}
-	if l.Algorithm == FixedWindow {
+	if l.Algorithm == ratelimit.FixedWindow {
 		if cur <= l.Count-cost {
 			return 0
 		}
@@ -276,17 +274,17 @@ func windowWait(l *Limit, start, cur, prev, nowMs, nowNs, cost int64) time.Durat
 
 // takeBucket evaluates a token bucket. When add is true and the call fits,
 // the TAT moves (tentatively; Apply undoes it if the call is denied).
-func takeBucket(l *Limit, c *Counter, nowUs, cost int64, add bool, s *LimitState) time.Duration {
+func takeBucket(l *ratelimit.Limit, c *Counter, nowUs, cost int64, add bool, s *ratelimit.LimitState) time.Duration {
 	burst := l.Capacity()
 	t := emission(l)
 	tau := satMul(burst, t) // bucket depth in µs
 	tat := max(c.Start, nowUs)
-	*s = LimitState{Limit: *l}
+	*s = ratelimit.LimitState{Limit: *l}
 	var wait time.Duration
 	newTAT := tat
 	if cost > burst {
 		s.Exceeded = add
-		wait = InfDuration
+		wait = ratelimit.InfDuration
 	} else {
 		inc := satMul(cost, t)
 		if ahead := tat + inc - nowUs; ahead > tau {
@@ -307,18 +305,18 @@ func takeBucket(l *Limit, c *Counter, nowUs, cost int64, add bool, s *LimitState
 }
 
 // micros converts microseconds to a Duration, saturating just below
-// InfDuration: a bucket deep enough to overflow a Duration (centuries)
+// ratelimit.InfDuration: a bucket deep enough to overflow a Duration (centuries)
 // still answers with a finite wait.
 func micros(us int64) time.Duration {
 	if us > (math.MaxInt64-1)/int64(time.Microsecond) {
-		return InfDuration - 1
+		return ratelimit.InfDuration - 1
 	}
 	return time.Duration(us) * time.Microsecond
 }
 
 // emission returns a token bucket's emission interval T: the microseconds
 // one unit takes to refill, rounded up.
-func emission(l *Limit) int64 {
+func emission(l *ratelimit.Limit) int64 {
 	return max(ceilMulDiv(1, int64(l.Window/time.Microsecond), l.Count), 1)
 }
 

@@ -1,4 +1,4 @@
-package ratelimit
+package storekit
 
 import (
 	"fmt"
@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/seed-008287da/sluice/ratelimit"
 )
 
 // t0 is an epoch-aligned instant: every window of a whole number of seconds
@@ -22,11 +24,11 @@ type step struct {
 	remaining []int64 // per limit; nil: not checked
 }
 
-func run(t *testing.T, limits []Limit, penalty bool, steps []step) []Counter {
+func run(t *testing.T, limits []ratelimit.Limit, penalty bool, steps []step) []Counter {
 	t.Helper()
 	cs := make([]Counter, len(limits))
 	for i, s := range steps {
-		r := Request{Key: "k", Limits: limits, Cost: s.cost, Now: at(s.t), Penalty: penalty}
+		r := ratelimit.Request{Key: "k", Limits: limits, Cost: s.cost, Now: at(s.t), Penalty: penalty}
 		d := Apply(&r, cs)
 		if d.Allowed != s.allowed {
 			t.Fatalf("step %d (t=%s): allowed = %v, want %v", i, s.t, d.Allowed, s.allowed)
@@ -41,7 +43,7 @@ func run(t *testing.T, limits []Limit, penalty bool, steps []step) []Counter {
 }
 
 func TestSlidingKongExample(t *testing.T) {
-	l := []Limit{Every(10, time.Minute)}
+	l := []ratelimit.Limit{ratelimit.Every(10, time.Minute)}
 	six := func(then step) []step {
 		var st []step
 		for i := range 6 {
@@ -54,7 +56,7 @@ func TestSlidingKongExample(t *testing.T) {
 }
 
 func TestFixedWindowEdges(t *testing.T) {
-	l := []Limit{PerMinute(2).Fixed()}
+	l := []ratelimit.Limit{ratelimit.PerMinute(2).Fixed()}
 	run(t, l, false, []step{
 		{t: 0, allowed: true, remaining: []int64{1}},
 		{t: time.Minute - time.Nanosecond, allowed: true, remaining: []int64{0}},
@@ -64,7 +66,7 @@ func TestFixedWindowEdges(t *testing.T) {
 }
 
 func TestPenaltyKeepsDeniedCounted(t *testing.T) {
-	l := []Limit{PerMinute(1)}
+	l := []ratelimit.Limit{ratelimit.PerMinute(1)}
 	cs := run(t, l, true, []step{
 		{t: 0, allowed: true},
 		{t: time.Second, allowed: false},
@@ -83,7 +85,7 @@ func TestPenaltyKeepsDeniedCounted(t *testing.T) {
 }
 
 func TestTokenBucket(t *testing.T) {
-	l := []Limit{PerSecond(10).TokenBucket(5)}
+	l := []ratelimit.Limit{ratelimit.PerSecond(10).TokenBucket(5)}
 	run(t, l, false, []step{
 		{t: 0, allowed: true, remaining: []int64{4}},
 		{t: 0, cost: 4, allowed: true, remaining: []int64{0}},
@@ -95,13 +97,13 @@ func TestTokenBucket(t *testing.T) {
 }
 
 func TestRetryAfterSliding(t *testing.T) {
-	l := []Limit{PerMinute(10)}
+	l := []ratelimit.Limit{ratelimit.PerMinute(10)}
 	cs := make([]Counter, 1)
 	for range 10 {
-		r := Request{Limits: l, Now: at(0)}
+		r := ratelimit.Request{Limits: l, Now: at(0)}
 		Apply(&r, cs)
 	}
-	r := Request{Limits: l, Now: at(0)}
+	r := ratelimit.Request{Limits: l, Now: at(0)}
 	d := Apply(&r, cs)
 	if d.Allowed || d.RetryAfter <= time.Minute {
 		t.Fatalf("decision %+v", d)
@@ -115,11 +117,11 @@ func TestRetryAfterSliding(t *testing.T) {
 // normalize returns cs as of t0+now with no call made: windows rolled to
 // now, bucket TATs not before now. Two counters that normalize alike decide
 // every later call alike.
-func normalize(ls []Limit, cs []Counter, now time.Duration) []Counter {
+func normalize(ls []ratelimit.Limit, cs []Counter, now time.Duration) []Counter {
 	out := slices.Clone(cs)
 	ns := at(now).UnixNano()
 	for i := range ls {
-		if ls[i].Algorithm == TokenBucket {
+		if ls[i].Algorithm == ratelimit.TokenBucket {
 			out[i].Start = max(out[i].Start, ns/int64(time.Microsecond))
 		} else {
 			roll(&out[i], &ls[i], ns/int64(time.Millisecond))
@@ -144,7 +146,7 @@ func (b *fuzzBytes) next() int {
 // checks what must hold whatever the input:
 //   - it never panics, and a decision has one state per limit;
 //   - an allowed call has no RetryAfter and no denying limit;
-//   - a cost above a limit's capacity is denied with RetryAfter InfDuration;
+//   - a cost above a limit's capacity is denied with RetryAfter ratelimit.InfDuration;
 //   - Remaining is within 0..Capacity;
 //   - a denied call without Penalty leaves every counter as it was;
 //   - a fixed window never admits more than Count in one window;
@@ -163,14 +165,14 @@ func FuzzApply(f *testing.F) {
 	steps := []time.Duration{0, 1, 7, 100, 999, 1000, 1001, 30_000, 60_000, 61_000}
 	f.Fuzz(func(t *testing.T, data []byte, penalty bool) {
 		b := fuzzBytes(data)
-		limits := make([]Limit, 1+b.next()%3)
+		limits := make([]ratelimit.Limit, 1+b.next()%3)
 		for i := range limits {
-			limits[i] = Limit{
-				Algorithm: Algorithm(b.next() % 3),
+			limits[i] = ratelimit.Limit{
+				Algorithm: ratelimit.Algorithm(b.next() % 3),
 				Count:     int64(1 + b.next()%20),
 				Window:    windows[b.next()%len(windows)],
 			}
-			if limits[i].Algorithm == TokenBucket {
+			if limits[i].Algorithm == ratelimit.TokenBucket {
 				limits[i].Burst = int64(b.next() % 25)
 			}
 		}
@@ -187,7 +189,7 @@ func FuzzApply(f *testing.F) {
 			if cost == 7 {
 				cost = math.MaxInt64 // must not overflow a counter
 			}
-			r := Request{Key: "k", Limits: limits, Cost: cost, Now: at(now), Penalty: penalty}
+			r := ratelimit.Request{Key: "k", Limits: limits, Cost: cost, Now: at(now), Penalty: penalty}
 			if cost == 0 {
 				cost = 1
 			}
@@ -205,7 +207,7 @@ func FuzzApply(f *testing.F) {
 			}
 			for i, l := range limits {
 				s := d.State(i)
-				if cost > l.Capacity() && (d.Allowed || d.RetryAfter != InfDuration) {
+				if cost > l.Capacity() && (d.Allowed || d.RetryAfter != ratelimit.InfDuration) {
 					t.Fatalf("%s: cost above capacity %d gave %+v", where(), l.Capacity(), d)
 				}
 				if s.Reset < 0 {
@@ -223,9 +225,9 @@ func FuzzApply(f *testing.F) {
 					admitted[i] = append(admitted[i], hit{now, cost})
 				}
 			}
-			// A wait of InfDuration-1 is saturated (a centuries-deep bucket):
+			// A wait of ratelimit.InfDuration-1 is saturated (a centuries-deep bucket):
 			// not exact by design. And time in nanoseconds ends in 2262.
-			if !d.Allowed && d.RetryAfter < InfDuration-1 && !at(now).Add(d.RetryAfter).After(time.Unix(0, math.MaxInt64)) {
+			if !d.Allowed && d.RetryAfter < ratelimit.InfDuration-1 && !at(now).Add(d.RetryAfter).After(time.Unix(0, math.MaxInt64)) {
 				probe := func(after time.Duration) bool {
 					r := r
 					r.Now = at(now + after)
@@ -242,7 +244,7 @@ func FuzzApply(f *testing.F) {
 		for i, l := range limits {
 			hs := admitted[i]
 			switch l.Algorithm {
-			case FixedWindow:
+			case ratelimit.FixedWindow:
 				per := map[int64]int64{}
 				for _, h := range hs {
 					w := at(h.at).UnixMilli() / l.Window.Milliseconds()
@@ -250,7 +252,7 @@ func FuzzApply(f *testing.F) {
 						t.Fatalf("fixed %s admitted %d in one window", l, per[w])
 					}
 				}
-			case TokenBucket:
+			case ratelimit.TokenBucket:
 				for a := range hs {
 					var sum int64
 					for z := a; z < len(hs); z++ {
@@ -268,10 +270,10 @@ func FuzzApply(f *testing.F) {
 // A bucket refilled once a century holds centuries of waiting: durations
 // saturate instead of overflowing.
 func TestCenturyBucketDoesNotOverflow(t *testing.T) {
-	l := []Limit{{Algorithm: TokenBucket, Count: 1, Window: 100 * 365 * 24 * time.Hour, Burst: 10}}
+	l := []ratelimit.Limit{{Algorithm: ratelimit.TokenBucket, Count: 1, Window: 100 * 365 * 24 * time.Hour, Burst: 10}}
 	cs := make([]Counter, 1)
 	for i := range 11 {
-		r := Request{Limits: l, Now: at(0)}
+		r := ratelimit.Request{Limits: l, Now: at(0)}
 		d := Apply(&r, cs)
 		if d.Allowed != (i < 10) {
 			t.Fatalf("call %d: allowed %v", i, d.Allowed)
