@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // Kong's schema messages for type errors and missing fields.
@@ -29,10 +31,10 @@ const (
 )
 
 // decoder collects every error of one config.
-type decoder struct{ errs []FieldError }
+type decoder struct{ errs []field.Error }
 
 func (d *decoder) fail(path, msg string) {
-	d.errs = append(d.errs, FieldError{Path: path, Message: msg})
+	d.errs = append(d.errs, field.Error{Path: path, Message: msg})
 }
 
 // record opens a JSON object at path. It reports a type error and returns

@@ -3,6 +3,8 @@ package policy
 import (
 	"errors"
 	"strings"
+
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // Sentinel errors.
@@ -21,26 +23,16 @@ var (
 	ErrInvalidQuota = errors.New("policy: invalid quota")
 )
 
-// A FieldError is one validation failure.
-type FieldError struct {
-	// Path names the field: "config.limit", "config.redis.port",
-	// "config.limit[1]" (array indexes count from 0). Problems of the
-	// config as a whole name the field they are about (for example
-	// "config.window_size" for "You must provide the same number of windows
-	// and limits").
-	Path string
-	// Message is Kong's text for the failure where Kong has one (see the
-	// compatibility document), else sluice's.
-	Message string
-}
-
-func (e FieldError) String() string { return e.Path + ": " + e.Message }
-
 // A ValidationError lists every problem found in a config, in the order
 // Kong checks them: field by field first, then the checks across fields.
 // It wraps ErrInvalidConfig.
+// Each field error's Message is Kong's text for the failure where Kong has
+// one (see docs/kong-compatibility.md), else sluice's; its Path starts with
+// "config", and problems of the config as a whole name the field they are
+// about ("config.window_size" for "You must provide the same number of
+// windows and limits").
 type ValidationError struct {
-	Errors []FieldError
+	Errors []field.Error
 }
 
 // Error joins the field errors with "; ".
@@ -58,3 +50,6 @@ func (e *ValidationError) Error() string {
 
 // Unwrap returns ErrInvalidConfig.
 func (e *ValidationError) Unwrap() error { return ErrInvalidConfig }
+
+// FieldErrors returns e.Errors.
+func (e *ValidationError) FieldErrors() []field.Error { return e.Errors }

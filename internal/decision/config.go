@@ -12,6 +12,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/seed-008287da/sluice/policy/field"
 	"github.com/seed-008287da/sluice/ratelimit"
 	"github.com/seed-008287da/sluice/ratelimit/redisstore"
 )
@@ -20,31 +21,12 @@ import (
 // error is a *ConfigError listing each problem.
 var ErrInvalidConfig = errors.New("decision: invalid config")
 
-// A FieldError is one problem in a configuration file.
-type FieldError struct {
-	// Path names the field, as in "domains[0].descriptors[2].rate_limit.unit".
-	Path string
-	// Line is the 1-based line of the field in the file, 0 when unknown.
-	Line int
-	// Message says what is wrong.
-	Message string
-}
-
-func (e FieldError) String() string {
-	s := ""
-	if e.Line > 0 {
-		s = "line " + strconv.Itoa(e.Line) + ": "
-	}
-	if e.Path != "" {
-		s += e.Path + ": "
-	}
-	return s + e.Message
-}
-
 // A ConfigError lists every problem found in a configuration file, in file
-// order. It wraps ErrInvalidConfig.
+// order, each with its path (as in
+// "domains[0].descriptors[2].rate_limit.unit") and line. It wraps
+// ErrInvalidConfig.
 type ConfigError struct {
-	Errors []FieldError
+	Errors []field.Error
 }
 
 func (e *ConfigError) Error() string {
@@ -57,7 +39,11 @@ func (e *ConfigError) Error() string {
 	return b.String()
 }
 
+// Unwrap returns ErrInvalidConfig.
 func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// FieldErrors returns e.Errors.
+func (e *ConfigError) FieldErrors() []field.Error { return e.Errors }
 
 // Config is a parsed and validated decision service configuration.
 //
@@ -250,7 +236,7 @@ type RedisConfig struct {
 func Parse(data []byte) (*Config, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, &ConfigError{Errors: []FieldError{{Message: "parsing YAML: " + err.Error()}}}
+		return nil, &ConfigError{Errors: []field.Error{{Message: "parsing YAML: " + err.Error()}}}
 	}
 	d := &decoder{}
 	cfg := &Config{Algorithm: ratelimit.FixedWindow}

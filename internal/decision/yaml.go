@@ -7,13 +7,15 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // A decoder walks a YAML document node by node so that every problem is
 // reported at once with its path and line, instead of stopping at the first
 // one as yaml.Unmarshal does. YAML null is an absent field.
 type decoder struct {
-	errs []FieldError
+	errs []field.Error
 }
 
 func (d *decoder) add(n *yaml.Node, path, format string, args ...any) {
@@ -21,7 +23,7 @@ func (d *decoder) add(n *yaml.Node, path, format string, args ...any) {
 	if n != nil {
 		line = n.Line
 	}
-	d.errs = append(d.errs, FieldError{Path: path, Line: line, Message: fmt.Sprintf(format, args...)})
+	d.errs = append(d.errs, field.Error{Path: path, Line: line, Message: fmt.Sprintf(format, args...)})
 }
 
 func joinPath(path, name string) string {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+	"github.com/seed-008287da/sluice/policy/field"
 	"github.com/seed-008287da/sluice/ratelimit"
 	"github.com/seed-008287da/sluice/ratelimit/memorystore"
 	"github.com/seed-008287da/sluice/ratelimit/redisstore"
@@ -105,7 +106,7 @@ func newConcurrency(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 		return nil, err
 	}
 	var errs kongconf.Errors
-	add := func(path, msg string) { errs = append(errs, kongconf.FieldError{Path: path, Msg: msg}) }
+	add := func(path, msg string) { errs = append(errs, field.Error{Path: path, Message: msg}) }
 	p := &concurrency{ttl: time.Minute, ident: c.Identifier, status: 429,
 		body: kongErrorBody("Too many concurrent requests", ""), hide: c.HideClientHeaders}
 	switch {

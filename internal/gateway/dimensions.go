@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
 	"github.com/seed-008287da/sluice/policy"
 	"github.com/seed-008287da/sluice/policy/dimensions"
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // sluiceDimensions is the business plugin: it builds a composite key from
@@ -42,7 +42,7 @@ func (o *overridesSource) Close() error { return o.src.Close() }
 func newSluiceDimensions(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, kongconf.Errors{{Path: "config", Msg: err.Error()}}
+		return nil, kongconf.Errors{field.JSON("config", err)}
 	}
 	var file, prefix string
 	var endpoints []string
@@ -50,7 +50,7 @@ func newSluiceDimensions(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 	take := func(name string, dst any) {
 		if v, ok := m[name]; ok {
 			if err := json.Unmarshal(v, dst); err != nil {
-				errs = append(errs, kongconf.FieldError{Path: "config." + name, Msg: "wrong type: " + err.Error()})
+				errs = append(errs, field.JSON("config."+name, err))
 			}
 			delete(m, name)
 		}
@@ -59,28 +59,28 @@ func newSluiceDimensions(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 	take("overrides_etcd_endpoints", &endpoints)
 	take("overrides_etcd_prefix", &prefix)
 	if (len(endpoints) > 0) != (prefix != "") {
-		errs = append(errs, kongconf.FieldError{Path: "config.overrides_etcd_prefix", Msg: "overrides_etcd_endpoints and overrides_etcd_prefix go together"})
+		errs = append(errs, field.Error{Path: "config.overrides_etcd_prefix", Message: "overrides_etcd_endpoints and overrides_etcd_prefix go together"})
 	}
 	if file != "" && prefix != "" {
-		errs = append(errs, kongconf.FieldError{Path: "config.overrides_file", Msg: "use either overrides_file or overrides_etcd_*"})
+		errs = append(errs, field.Error{Path: "config.overrides_file", Message: "use either overrides_file or overrides_etcd_*"})
 	}
 	rest, _ := json.Marshal(m) // re-encoding decoded JSON cannot fail
 	var holder *dimensions.Overrides
 	if len(errs) == 0 && (file != "" || prefix != "") {
 		h, err := liveOverrides(env, file, endpoints, prefix)
 		if err != nil {
-			errs = append(errs, kongconf.FieldError{Path: "config", Msg: err.Error()})
+			errs = append(errs, field.Error{Path: "config", Message: err.Error()})
 		}
 		holder = h
 	}
 	b, err := dimensions.New(rest, dimensions.Options{Overrides: holder})
 	if err != nil {
-		var ce *dimensions.ConfigError
-		if !errors.As(err, &ce) {
+		fes, ok := field.Of(err)
+		if !ok {
 			return nil, err
 		}
-		for _, fe := range ce.Errors {
-			errs = append(errs, kongconf.FieldError{Path: joinPath("config", fe.Field), Msg: fe.Message})
+		for _, fe := range fes {
+			errs = append(errs, fe.Under("config"))
 		}
 	}
 	if len(errs) > 0 {

@@ -33,6 +33,7 @@ import (
 	"github.com/seed-008287da/sluice/internal/gateway/proxyproto"
 	"github.com/seed-008287da/sluice/internal/gateway/router"
 	"github.com/seed-008287da/sluice/policy"
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // Errors.
@@ -340,12 +341,12 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 	if g.opts.GroupPolicyOverrides {
 		overrides = map[string]*policy.OverrideConfig{}
 		for _, p := range cfg.Plugins {
-			if p.ConsumerGroup == nil || p.Name != "rate-limiting-advanced" {
+			if p.ConsumerGroup == nil || p.Name != "rate-limiting-advanced" || p.Config == nil {
 				continue
 			}
 			o, err := policy.ParseOverride(p.Config)
 			if err != nil {
-				errs = append(errs, fieldErrors(p.Where, policyErrors(err))...)
+				errs = append(errs, fieldErrors(p.Where, err)...)
 				continue
 			}
 			overrides[p.ConsumerGroup.Name] = o
@@ -353,16 +354,16 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 		}
 	}
 	for _, p := range cfg.Plugins {
-		if p.Name == "" {
-			continue
+		if p.Name == "" || p.Config == nil {
+			continue // reported by kongconf
 		}
 		if overrides != nil && p.ConsumerGroup != nil && p.Name == "rate-limiting-advanced" {
 			continue // a legacy override, read above
 		}
 		f, ok := g.factories[p.Name]
 		if !ok {
-			errs = append(errs, kongconf.FieldError{Path: p.Where + ".name",
-				Msg: fmt.Sprintf("plugin '%s' not enabled; add it to the 'plugins' configuration property", p.Name)})
+			errs = append(errs, field.Error{Path: p.Where + ".name",
+				Message: fmt.Sprintf("plugin '%s' not enabled; add it to the 'plugins' configuration property", p.Name)})
 			continue
 		}
 		r, ok := rank(p)

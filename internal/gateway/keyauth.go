@@ -3,11 +3,11 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // decodeStrict decodes a plugin config object into dst, rejecting unknown
@@ -19,15 +19,7 @@ func decodeStrict(raw json.RawMessage, dst any) error {
 	if err == nil {
 		return nil
 	}
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &te):
-		return kongconf.Errors{{Path: "config." + te.Field, Msg: fmt.Sprintf("expected %s, got a %s", te.Type, te.Value)}}
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		return kongconf.Errors{{Path: "config." + name, Msg: "unknown field"}}
-	}
-	return kongconf.Errors{{Path: "config", Msg: err.Error()}}
+	return kongconf.Errors{field.JSON("config", err)}
 }
 
 // keyAuthConfig is Kong's key-auth config.
@@ -71,15 +63,15 @@ func newKeyAuth(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 		c.KeyNames = []string{"apikey"}
 	}
 	if len(c.KeyNames) == 0 {
-		errs = append(errs, kongconf.FieldError{Path: "config.key_names", Msg: "length must be at least 1"})
+		errs = append(errs, field.Error{Path: "config.key_names", Message: "length must be at least 1"})
 	}
 	for i, n := range c.KeyNames {
 		if n == "" || strings.ContainsAny(n, " \t\r\n:") {
-			errs = append(errs, kongconf.FieldError{Path: fmt.Sprintf("config.key_names[%d]", i), Msg: fmt.Sprintf("invalid header or query name %q", n)})
+			errs = append(errs, field.Error{Path: fmt.Sprintf("config.key_names[%d]", i), Message: fmt.Sprintf("invalid header or query name %q", n)})
 		}
 	}
 	if c.KeyInBody {
-		errs = append(errs, kongconf.FieldError{Path: "config.key_in_body", Msg: "keys in the request body are not supported"})
+		errs = append(errs, field.Error{Path: "config.key_in_body", Message: "keys in the request body are not supported"})
 	}
 	k := &keyAuth{
 		names:     c.KeyNames,
@@ -103,7 +95,7 @@ func newKeyAuth(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 		}
 	}
 	if c.Anonymous != "" && k.anonymous == nil {
-		errs = append(errs, kongconf.FieldError{Path: "config.anonymous", Msg: fmt.Sprintf("no consumer %q", c.Anonymous)})
+		errs = append(errs, field.Error{Path: "config.anonymous", Message: fmt.Sprintf("no consumer %q", c.Anonymous)})
 	}
 	if len(errs) > 0 {
 		return nil, errs

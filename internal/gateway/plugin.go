@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"encoding/json"
-	"errors"
 	"log/slog"
 	"sort"
 	"sync"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
 	"github.com/seed-008287da/sluice/policy"
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // A Plugin is one configured plugin instance of a configuration
@@ -36,8 +36,8 @@ type PluginFactory struct {
 	// Priority orders plugins as Kong's PRIORITY does: higher runs first.
 	Priority int
 	// New decodes and validates config strictly and returns the instance.
-	// Config problems are returned as kongconf.Errors with paths starting
-	// at "config", or as any error type fieldErrors understands.
+	// Config problems are returned as an error listing field errors
+	// (field.Of finds them) with paths starting at "config".
 	New func(config json.RawMessage, env *BuildEnv) (Plugin, error)
 }
 
@@ -222,32 +222,16 @@ func inGroup(c *kongconf.Consumer, g *kongconf.ConsumerGroup) bool {
 	return false
 }
 
-// fieldErrors turns a plugin factory's error into field errors under the
-// plugin's path. It understands kongconf.Errors and any error with a
-// FieldErrors() method; others become one error at "<where>.config".
-func fieldErrors(where string, err error) []kongconf.FieldError {
-	var ke kongconf.Errors
-	if errors.As(err, &ke) {
-		out := make([]kongconf.FieldError, len(ke))
-		for i, fe := range ke {
-			out[i] = kongconf.FieldError{Path: joinPath(where, fe.Path), Msg: fe.Msg}
-		}
-		return out
+// fieldErrors puts a plugin factory's field errors under the plugin's
+// path; any other error becomes one error at "<where>.config".
+func fieldErrors(where string, err error) []field.Error {
+	fes, ok := field.Of(err)
+	if !ok {
+		return []field.Error{{Path: where + ".config", Message: err.Error()}}
 	}
-	var fl interface{ FieldErrors() []kongconf.FieldError }
-	if errors.As(err, &fl) {
-		var out []kongconf.FieldError
-		for _, fe := range fl.FieldErrors() {
-			out = append(out, kongconf.FieldError{Path: joinPath(where, fe.Path), Msg: fe.Msg})
-		}
-		return out
+	out := make([]field.Error, len(fes))
+	for i, fe := range fes {
+		out[i] = fe.Under(where)
 	}
-	return []kongconf.FieldError{{Path: where + ".config", Msg: err.Error()}}
-}
-
-func joinPath(where, p string) string {
-	if p == "" {
-		return where
-	}
-	return where + "." + p
+	return out
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
 	"github.com/seed-008287da/sluice/policy"
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // checker is what both rate-limiting plugins compile to
@@ -37,7 +38,7 @@ func newRateLimitingAdvanced(raw json.RawMessage, env *BuildEnv) (Plugin, error)
 	}
 	cfg, err := policy.ParseAdvanced(raw)
 	if err != nil {
-		return nil, policyErrors(err)
+		return nil, err
 	}
 	if cfg.EnforceConsumerGroups && env.GroupOverrides != nil {
 		cfg.Overrides = map[string]*policy.OverrideConfig{}
@@ -49,7 +50,7 @@ func newRateLimitingAdvanced(raw json.RawMessage, env *BuildEnv) (Plugin, error)
 	}
 	a, err := policy.NewAdvanced(cfg, env.Shared.Policy())
 	if err != nil {
-		return nil, policyErrors(err)
+		return nil, err
 	}
 	return newRateLimitingPlugin("rate-limiting-advanced", a, env), nil
 }
@@ -57,7 +58,7 @@ func newRateLimitingAdvanced(raw json.RawMessage, env *BuildEnv) (Plugin, error)
 func newRateLimitingBasic(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 	cfg, err := policy.ParseBasic(raw)
 	if err != nil {
-		return nil, policyErrors(err)
+		return nil, err
 	}
 	var sc policy.Scope
 	if env.Entity.Route != nil {
@@ -68,7 +69,7 @@ func newRateLimitingBasic(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 	}
 	b, err := policy.NewBasic(cfg, sc, env.Shared.Policy())
 	if err != nil {
-		return nil, policyErrors(err)
+		return nil, err
 	}
 	return newRateLimitingPlugin("rate-limiting", b, env), nil
 }
@@ -90,7 +91,7 @@ func withKongKeys(raw json.RawMessage, p *kongconf.Plugin, pluginID bool) (json.
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, kongconf.Errors{{Path: "config", Msg: err.Error()}}
+		return nil, kongconf.Errors{field.JSON("config", err)}
 	}
 	if _, ok := m["__plugin_id"]; ok {
 		return raw, nil
@@ -103,20 +104,6 @@ func withKongKeys(raw json.RawMessage, p *kongconf.Plugin, pluginID bool) (json.
 		return nil, fmt.Errorf("gateway: encoding plugin config: %w", err)
 	}
 	return b.Bytes(), nil
-}
-
-// policyErrors turns the policy's validation error into field errors
-// (its paths already start with "config").
-func policyErrors(err error) error {
-	ve, ok := err.(*policy.ValidationError)
-	if !ok {
-		return err
-	}
-	out := make(kongconf.Errors, len(ve.Errors))
-	for i, fe := range ve.Errors {
-		out[i] = kongconf.FieldError{Path: fe.Path, Msg: fe.Message}
-	}
-	return out
 }
 
 func (rl *rateLimiting) Close() error { return rl.c.Close() }

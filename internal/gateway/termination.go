@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // requestTermination is Kong's request-termination plugin (priority 2):
@@ -41,19 +42,19 @@ func newRequestTermination(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 	if c.StatusCode != nil {
 		p.status = *c.StatusCode
 		if p.status < 100 || p.status > 599 {
-			errs = append(errs, kongconf.FieldError{Path: "config.status_code", Msg: "value should be between 100 and 599"})
+			errs = append(errs, field.Error{Path: "config.status_code", Message: "value should be between 100 and 599"})
 		}
 	}
 	switch {
 	case c.Message != "" && c.Body != "":
-		errs = append(errs, kongconf.FieldError{Path: "config", Msg: "message cannot be used with content_type or body"})
+		errs = append(errs, field.Error{Path: "config", Message: "message cannot be used with content_type or body"})
 	case c.Body != "":
 		p.body = []byte(c.Body)
 		if p.contentType == "" {
 			p.contentType = "application/json; charset=utf-8"
 		}
 	case c.ContentType != "":
-		errs = append(errs, kongconf.FieldError{Path: "config.content_type", Msg: "content_type requires a body"})
+		errs = append(errs, field.Error{Path: "config.content_type", Message: "content_type requires a body"})
 	default:
 		msg := c.Message
 		if msg == "" {

@@ -2,11 +2,11 @@ package kongplugin
 
 import (
 	"encoding/json"
-	"fmt"
 
 	"github.com/Kong/go-pdk"
 
 	"github.com/seed-008287da/sluice/policy/dimensions"
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // DimensionsPriority runs sluice-dimensions after Kong's authentication
@@ -153,15 +153,15 @@ func (p *Process) compileDimensions(c *DimensionsConfig) (*dimsCompiled, error) 
 		var holder *dimensions.Overrides
 		if len(errs) == 0 {
 			if holder, err = p.overridesFor(c); err != nil {
-				errs = append(errs, err.Error())
+				errs = appendErr(errs, "", err)
 			}
 		}
 		b, err := dimensions.New(body, dimensions.Options{Overrides: holder, Now: p.now})
 		if err != nil {
-			errs = append(errs, err.Error())
+			errs = appendErr(errs, "config", err)
 		}
 		if len(errs) > 0 {
-			return nil, fmt.Errorf("%w: sluice-dimensions: %s", ErrInvalidConfig, joinErrs(errs))
+			return nil, &configError{"sluice-dimensions", errs}
 		}
 		dc.b = b
 		return dc, nil
@@ -181,25 +181,25 @@ func (c *DimensionsConfig) Validate() error {
 		return err
 	}
 	if _, err := dimensions.Parse(body); err != nil {
-		errs = append(errs, err.Error())
+		errs = appendErr(errs, "config", err)
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: sluice-dimensions: %s", ErrInvalidConfig, joinErrs(errs))
+		return &configError{"sluice-dimensions", errs}
 	}
 	return nil
 }
 
 // check reads the extensions and returns the dimensions config body.
-func (c *DimensionsConfig) check(raw []byte) (*dimsCompiled, []byte, []string, error) {
+func (c *DimensionsConfig) check(raw []byte) (*dimsCompiled, []byte, []field.Error, error) {
 	body, _, err := canonicalJSON(raw, append(dimensionsExtensions, kongScopeKeys...)...)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	dc := &dimsCompiled{sharedKey: DefaultSharedKey}
-	var errs []string
+	var errs []field.Error
 	if c.SharedKey != nil {
 		if *c.SharedKey == "" {
-			errs = append(errs, "shared_key: length must be at least 1")
+			errs = append(errs, field.Error{Path: "config.shared_key", Message: "length must be at least 1"})
 		}
 		dc.sharedKey = *c.SharedKey
 	}
@@ -209,16 +209,16 @@ func (c *DimensionsConfig) check(raw []byte) (*dimsCompiled, []byte, []string, e
 		case "consumer_tags":
 		case "header":
 			if c.GroupsHeader == nil || *c.GroupsHeader == "" {
-				errs = append(errs, "groups_header: required when groups_from is header")
+				errs = append(errs, field.Error{Path: "config.groups_header", Message: "required when groups_from is header"})
 			} else {
 				dc.groupsHeader = *c.GroupsHeader
 			}
 		default:
-			errs = append(errs, "groups_from: expected one of: consumer_tags, header")
+			errs = append(errs, field.Error{Path: "config.groups_from", Message: "expected one of: consumer_tags, header"})
 		}
 	}
 	if _, err := c.overridesSource(); err != nil {
-		errs = append(errs, err.Error())
+		errs = appendErr(errs, "", err)
 	}
 	return dc, body, errs, nil
 }

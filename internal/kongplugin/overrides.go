@@ -9,6 +9,7 @@ import (
 	"github.com/seed-008287da/sluice/internal/configsource"
 
 	"github.com/seed-008287da/sluice/policy/dimensions"
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // OverridesSource names a config-centre location of quota overrides
@@ -90,9 +91,9 @@ func (c *DimensionsConfig) overridesSource() (OverridesSource, error) {
 	switch {
 	case src.File == "" && len(src.EtcdEndpoints) == 0 && src.EtcdPrefix == "":
 	case src.File != "" && (len(src.EtcdEndpoints) > 0 || src.EtcdPrefix != ""):
-		return src, fmt.Errorf("overrides_file: set either overrides_file or overrides_etcd_*, not both")
+		return src, field.Error{Path: "config.overrides_file", Message: "set either overrides_file or overrides_etcd_*, not both"}
 	case src.File == "" && (len(src.EtcdEndpoints) == 0 || src.EtcdPrefix == ""):
-		return src, fmt.Errorf("overrides_etcd_endpoints: both overrides_etcd_endpoints and overrides_etcd_prefix are required")
+		return src, field.Error{Path: "config.overrides_etcd_endpoints", Message: "both overrides_etcd_endpoints and overrides_etcd_prefix are required"}
 	}
 	return src, nil
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/Kong/go-pdk"
 
 	"github.com/seed-008287da/sluice/policy"
+	"github.com/seed-008287da/sluice/policy/field"
 	"github.com/seed-008287da/sluice/ratelimit"
 )
 
@@ -147,3 +148,39 @@ func failConfig(kong *pdk.PDK, err error) {
 }
 
 func joinErrs(errs []string) string { return strings.Join(errs, "; ") }
+
+// A configError lists every problem of one plugin config, each with its
+// field path. It wraps ErrInvalidConfig.
+type configError struct {
+	plugin string
+	errs   []field.Error
+}
+
+func (e *configError) Error() string {
+	parts := make([]string, len(e.errs))
+	for i, fe := range e.errs {
+		parts[i] = fe.String()
+	}
+	return ErrInvalidConfig.Error() + ": " + e.plugin + ": " + joinErrs(parts)
+}
+
+func (e *configError) Unwrap() error { return ErrInvalidConfig }
+
+// FieldErrors returns the problems.
+func (e *configError) FieldErrors() []field.Error { return e.errs }
+
+// appendErr appends err's field errors, their paths under prefix, or err
+// as a problem of the whole config when it has none.
+func appendErr(errs []field.Error, prefix string, err error) []field.Error {
+	if fes, ok := field.Of(err); ok {
+		for _, fe := range fes {
+			errs = append(errs, fe.Under(prefix))
+		}
+		return errs
+	}
+	var fe field.Error
+	if errors.As(err, &fe) {
+		return append(errs, fe)
+	}
+	return append(errs, field.Error{Path: "config", Message: err.Error()})
+}

@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/Kong/go-pdk"
 	"github.com/Kong/go-pdk/entities"
 
 	"github.com/seed-008287da/sluice/policy"
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // RateLimitingPriority is Kong's priority of rate-limiting-advanced and
@@ -82,7 +82,7 @@ func (p *Process) compileRateLimiting(c *RateLimitingConfig) (*rlaCompiled, erro
 		}
 		rc.p = p
 		if rc.adv, err = policy.NewAdvanced(rc.cfg, p.registry); err != nil {
-			return nil, fmt.Errorf("%w: sluice-rate-limiting: %w", ErrInvalidConfig, err)
+			return nil, &configError{"sluice-rate-limiting", appendErr(nil, "", err)}
 		}
 		rc.plan()
 		return rc, nil
@@ -108,22 +108,20 @@ func (c *RateLimitingConfig) parse(raw []byte) (*rlaCompiled, error) {
 	if err != nil {
 		return nil, err
 	}
-	var errs []string
+	var errs []field.Error
 	cfg, err := policy.ParseAdvanced(body)
 	if err != nil {
-		var ve *policy.ValidationError
-		if !errors.As(err, &ve) {
+		fes, ok := field.Of(err)
+		if !ok {
 			return nil, err
 		}
-		for _, fe := range ve.Errors {
-			errs = append(errs, fe.String())
-		}
+		errs = append(errs, fes...)
 	}
 	rc := &rlaCompiled{cfg: cfg, sharedKey: DefaultSharedKey, groupSource: "consumer_tags",
 		groupKey: DefaultSharedKey}
 	errs = append(errs, rc.extensions(c)...)
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w: sluice-rate-limiting: %s", ErrInvalidConfig, joinErrs(errs))
+		return nil, &configError{"sluice-rate-limiting", errs}
 	}
 	return rc, nil
 }
@@ -131,16 +129,16 @@ func (c *RateLimitingConfig) parse(raw []byte) (*rlaCompiled, error) {
 // extensions reads the sluice-only fields; a shared key becomes a leading
 // compound identifier "dimension", so the key from kong.ctx.shared counts
 // when present and the configured identifier otherwise.
-func (rc *rlaCompiled) extensions(c *RateLimitingConfig) []string {
-	var errs []string
+func (rc *rlaCompiled) extensions(c *RateLimitingConfig) []field.Error {
+	var errs []field.Error
 	if c.SharedKey != nil {
 		if *c.SharedKey == "" {
-			errs = append(errs, "config.shared_key: length must be at least 1")
+			errs = append(errs, field.Error{Path: "config.shared_key", Message: "length must be at least 1"})
 		}
 		rc.sharedKey = *c.SharedKey
 		if rc.cfg != nil {
 			if len(rc.cfg.CompoundIdentifier) > 0 {
-				errs = append(errs, "config.shared_key: cannot be combined with compound_identifier")
+				errs = append(errs, field.Error{Path: "config.shared_key", Message: "cannot be combined with compound_identifier"})
 			}
 			rc.cfg.CompoundIdentifier = []policy.Identifier{policy.ByDimension}
 		}
@@ -156,12 +154,12 @@ func (rc *rlaCompiled) extensions(c *RateLimitingConfig) []string {
 		}
 	case "header":
 		if c.GroupHeader == nil || *c.GroupHeader == "" {
-			errs = append(errs, "config.group_header: required when group_source is header")
+			errs = append(errs, field.Error{Path: "config.group_header", Message: "required when group_source is header"})
 		} else {
 			rc.groupHeader = *c.GroupHeader
 		}
 	default:
-		errs = append(errs, "config.group_source: expected one of: consumer_tags, shared, header")
+		errs = append(errs, field.Error{Path: "config.group_source", Message: "expected one of: consumer_tags, shared, header"})
 	}
 	if c.ScopeGroup != nil && *c.ScopeGroup != "" {
 		rc.scope = policy.Group{Name: *c.ScopeGroup}

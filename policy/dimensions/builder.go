@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seed-008287da/sluice/policy/field"
 	"github.com/seed-008287da/sluice/ratelimit"
 )
 
@@ -280,19 +281,19 @@ func (b *Builder) check(t *Table, path string) *ConfigError {
 	if t == nil {
 		return nil
 	}
-	var errs []FieldError
+	var errs []field.Error
 	for _, n := range t.Dimensions() {
 		if b.dimIndex(n) < 0 {
 			names := make([]string, len(b.dims))
 			for i := range b.dims {
 				names[i] = b.dims[i].name
 			}
-			errs = append(errs, FieldError{Field: path, Message: "dimension '" + n + "' is not in the config (have: " + strings.Join(names, ", ") + ")"})
+			errs = append(errs, field.Error{Path: path, Message: "dimension '" + n + "' is not in the config (have: " + strings.Join(names, ", ") + ")"})
 		}
 	}
 	for _, n := range t.arities {
 		if n != len(b.dims) {
-			errs = append(errs, FieldError{Field: path, Message: fmt.Sprintf("composite override with %d values; the config has %d dimensions", n, len(b.dims))})
+			errs = append(errs, field.Error{Path: path, Message: fmt.Sprintf("composite override with %d values; the config has %d dimensions", n, len(b.dims))})
 		}
 	}
 	if errs == nil {

@@ -3,6 +3,8 @@ package dimensions
 import (
 	"errors"
 	"strings"
+
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // ErrInvalidConfig is wrapped by every error about a configuration or an
@@ -10,25 +12,12 @@ import (
 // problem with its field path.
 var ErrInvalidConfig = errors.New("dimensions: invalid config")
 
-// A FieldError is one problem of a configuration, at a dotted field path
-// such as "dimensions[2].pattern".
-type FieldError struct {
-	Field   string
-	Message string
-}
-
-func (e FieldError) Error() string {
-	if e.Field == "" {
-		return e.Message
-	}
-	return e.Field + ": " + e.Message
-}
-
 // A ConfigError lists every problem found in one document, one per field:
 // decoding problems (types, unknown fields) first, in document order, then
 // the checks of the decoded values. It wraps ErrInvalidConfig.
+// Paths are dotted, as in "dimensions[2].pattern".
 type ConfigError struct {
-	Errors []FieldError
+	Errors []field.Error
 }
 
 func (e *ConfigError) Error() string {
@@ -47,6 +36,9 @@ func (e *ConfigError) Error() string {
 
 // Unwrap returns ErrInvalidConfig.
 func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// FieldErrors returns e.Errors.
+func (e *ConfigError) FieldErrors() []field.Error { return e.Errors }
 
 // Type is where a dimension's value comes from.
 type Type string

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"strconv"
+
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // A decoder walks a JSON document field by field so that every problem can
@@ -13,7 +15,7 @@ import (
 // as encoding/json does. JSON null is treated as an absent field, as Kong
 // treats it.
 type decoder struct {
-	errs []FieldError
+	errs []field.Error
 	// ovPaths are the field paths of the overrides decoded so far, so that
 	// checks made after decoding name the item as it was written.
 	ovPaths []string
@@ -24,11 +26,11 @@ type decoder struct {
 // that run on the decoded config.
 func (d *decoder) add(path, msg string) {
 	for _, e := range d.errs {
-		if e.Field == path {
+		if e.Path == path {
 			return
 		}
 	}
-	d.errs = append(d.errs, FieldError{Field: path, Message: msg})
+	d.errs = append(d.errs, field.Error{Path: path, Message: msg})
 }
 
 func join(path, name string) string {

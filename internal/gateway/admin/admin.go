@@ -122,12 +122,12 @@ func (a *api) postConfig(w http.ResponseWriter, r *http.Request) {
 		list := make([]fieldError, len(errs))
 		flat := map[string][]string{}
 		for i, fe := range errs {
-			list[i] = fieldError{fe.Path, fe.Msg}
+			list[i] = fieldError{fe.Path, fe.Message}
 			key := fe.Path
 			if key == "" {
 				key = "@entity"
 			}
-			flat[key] = append(flat[key], fe.Msg)
+			flat[key] = append(flat[key], fe.Message)
 		}
 		writeJSON(w, http.StatusBadRequest, map[string]any{
 			"code":    14,

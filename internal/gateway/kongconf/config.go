@@ -14,30 +14,17 @@ import (
 	"errors"
 	"strings"
 	"time"
+
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
-// ErrInvalid is wrapped by every error Parse returns for a configuration it
-// rejects.
+// ErrInvalid is wrapped by the Errors of a configuration Decode rejects.
 var ErrInvalid = errors.New("kongconf: invalid configuration")
 
-// A FieldError is one problem with one field of a configuration.
-type FieldError struct {
-	// Path names the field, such as "services[0].routes[1].paths[0]"; empty
-	// for a problem with the whole document.
-	Path string
-	// Msg says what is wrong, in lower case.
-	Msg string
-}
-
-func (e FieldError) Error() string {
-	if e.Path == "" {
-		return e.Msg
-	}
-	return e.Path + ": " + e.Msg
-}
-
-// Errors is every problem found in one configuration. It wraps ErrInvalid.
-type Errors []FieldError
+// Errors is every problem found in one configuration, each at a path such
+// as "services[0].routes[1].paths[0]" (empty for the whole document). It
+// wraps ErrInvalid.
+type Errors []field.Error
 
 func (e Errors) Error() string {
 	var b strings.Builder
@@ -51,6 +38,9 @@ func (e Errors) Error() string {
 
 // Is makes errors.Is(err, ErrInvalid) true.
 func (e Errors) Is(target error) bool { return target == ErrInvalid }
+
+// FieldErrors returns e.
+func (e Errors) FieldErrors() []field.Error { return e }
 
 // Config is a parsed declarative configuration. Entities keep the order of
 // the file; nested routes and plugins are listed with the top-level ones,
@@ -165,7 +155,8 @@ type Plugin struct {
 	Name         string
 	InstanceName string
 	Enabled      bool
-	// Config is the plugin's config as JSON ("{}" when absent).
+	// Config is the plugin's config as JSON ("{}" when absent); nil when
+	// it could not be read, a problem Decode reports.
 	Config        json.RawMessage
 	Protocols     []string
 	Service       *Service

@@ -7,6 +7,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // obj walks one decoded mapping and records every problem under its field
@@ -19,10 +22,10 @@ type obj struct {
 	errs *errList
 }
 
-type errList struct{ list []FieldError }
+type errList struct{ list []field.Error }
 
 func (e *errList) add(path, format string, args ...any) {
-	e.list = append(e.list, FieldError{Path: path, Msg: fmt.Sprintf(format, args...)})
+	e.list = append(e.list, field.Error{Path: path, Message: fmt.Sprintf(format, args...)})
 }
 
 func join(path, field string) string {
@@ -58,8 +61,10 @@ func typeName(v any) string {
 		return "a boolean"
 	case int, int64, uint64, float64:
 		return "a number"
+	case time.Time:
+		return "a timestamp"
 	}
-	return fmt.Sprintf("%T", v)
+	return "a value of another kind"
 }
 
 func (o *obj) field(name string) string { return join(o.path, name) }
@@ -196,12 +201,47 @@ func (o *obj) raw(name string) json.RawMessage {
 		o.errs.add(o.field(name), "expected a mapping, got %s", typeName(v))
 		return nil
 	}
-	b, err := json.Marshal(normalize(v))
+	v = normalize(v)
+	if !o.finite(v, o.field(name)) {
+		return nil
+	}
+	b, err := json.Marshal(v)
 	if err != nil {
-		o.errs.add(o.field(name), "cannot be converted to JSON: %v", err)
+		o.errs.add(o.field(name), "cannot be converted to JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
 		return nil
 	}
 	return b
+}
+
+// finite reports whether v holds only values JSON can carry, recording
+// each infinity or NaN (YAML's .inf and .nan) at its path.
+func (o *obj) finite(v any, path string) bool {
+	ok := true
+	switch t := v.(type) {
+	case map[string]any:
+		keys := make([]string, 0, len(t))
+		for k := range t {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			ok = o.finite(t[k], join(path, k)) && ok
+		}
+	case []any:
+		for i, x := range t {
+			ok = o.finite(x, index(path, i)) && ok
+		}
+	case float64:
+		switch {
+		case math.IsNaN(t):
+			o.errs.add(path, "expected a number, got .nan (not a number)")
+			return false
+		case math.IsInf(t, 0):
+			o.errs.add(path, "expected a number, got an infinity")
+			return false
+		}
+	}
+	return ok
 }
 
 // normalize turns YAML's generic values into ones encoding/json accepts

@@ -3,6 +3,7 @@ package kongconf
 import (
 	"crypto/sha1"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -13,30 +14,23 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
-// Parse reads a declarative configuration from YAML or JSON (JSON is read
-// as YAML, of which it is a subset). It returns the linked model, or an
-// Errors listing every problem.
-func Parse(data []byte) (*Config, error) {
-	cfg, errs := Decode(data)
-	if len(errs) > 0 {
-		return nil, errs
-	}
-	return cfg, nil
-}
-
-// Decode is Parse for callers that validate further: it returns the model
-// as far as it could be built together with every problem found, so that
-// later checks (plugin configs) can add theirs to the same list. cfg is nil
-// only when the document could not be read at all.
+// Decode reads a declarative configuration from YAML or JSON (JSON is read
+// as YAML, of which it is a subset). It returns the linked model as far as
+// it could be built together with every problem found, so that later
+// checks (plugin configs) can add theirs to the same list; the model is
+// valid only when the list is empty. cfg is nil only when the document
+// could not be read at all.
 func Decode(data []byte) (*Config, Errors) {
 	var doc any
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, Errors{{Msg: "parsing: " + strings.TrimPrefix(err.Error(), "yaml: ")}}
+		return nil, yamlErrors(err)
 	}
 	if doc == nil {
-		return nil, Errors{{Msg: "empty configuration"}}
+		return nil, Errors{{Message: "empty configuration"}}
 	}
 	p := &parser{errs: &errList{}}
 	root := asObj(normalize(doc), "", p.errs)
@@ -45,6 +39,31 @@ func Decode(data []byte) (*Config, Errors) {
 	}
 	cfg := p.parse(root)
 	return cfg, p.errs.list
+}
+
+// yamlErrors turns the YAML reader's error into one error per problem,
+// each with the line the reader gave.
+func yamlErrors(err error) Errors {
+	var msgs []string
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		msgs = te.Errors
+	} else {
+		msgs = []string{strings.TrimPrefix(err.Error(), "yaml: ")}
+	}
+	out := make(Errors, 0, len(msgs))
+	for _, m := range msgs {
+		fe := field.Error{Message: "parsing: " + m}
+		if rest, ok := strings.CutPrefix(m, "line "); ok {
+			if n, msg, ok := strings.Cut(rest, ": "); ok {
+				if l, err := strconv.Atoi(n); err == nil {
+					fe = field.Error{Line: l, Message: msg}
+				}
+			}
+		}
+		out = append(out, fe)
+	}
+	return out
 }
 
 type parser struct {
@@ -496,7 +515,7 @@ func (p *parser) plugin(v any, path string, sc scope) {
 		ConsumerGroup: sc.group,
 		Where:         path,
 	}
-	if pl.Config == nil {
+	if pl.Config == nil && !o.has("config") {
 		pl.Config = []byte("{}")
 	}
 	if pl.Name == "" {

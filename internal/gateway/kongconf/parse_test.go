@@ -11,6 +11,15 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
+// parse is Decode with the errors as one error, nil when there are none.
+func parse(data []byte) (*Config, error) {
+	cfg, errs := Decode(data)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return cfg, nil
+}
+
 // TestInvalid checks every fixture in testdata/invalid against the exact
 // list of errors in its .golden file.
 func TestInvalid(t *testing.T) {
@@ -29,7 +38,7 @@ func TestInvalid(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = Parse(data)
+			_, err = parse(data)
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("got %v, want an error wrapping ErrInvalid", err)
 			}
@@ -102,7 +111,7 @@ plugins:
 `
 
 func TestParseFull(t *testing.T) {
-	cfg, err := Parse([]byte(strings.Replace(full, "consumers:\n  - username: alice", "consumers:\n  - username: bob\n  - username: alice", 1)))
+	cfg, err := parse([]byte(strings.Replace(full, "consumers:\n  - username: alice", "consumers:\n  - username: bob\n  - username: alice", 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +142,7 @@ func TestParseFull(t *testing.T) {
 		t.Errorf("top-level plugin: %v %s", p, p.Config)
 	}
 	// Ids are stable across loads, so counters keyed by them survive.
-	again, err := Parse([]byte(strings.Replace(full, "consumers:\n  - username: alice", "consumers:\n  - username: bob\n  - username: alice", 1)))
+	again, err := parse([]byte(strings.Replace(full, "consumers:\n  - username: alice", "consumers:\n  - username: bob\n  - username: alice", 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +152,7 @@ func TestParseFull(t *testing.T) {
 }
 
 func TestParseJSON(t *testing.T) {
-	cfg, err := Parse([]byte(`{"_format_version":"3.0","services":[{"name":"s","url":"http://x.test","routes":[{"paths":["/"]}]}]}`))
+	cfg, err := parse([]byte(`{"_format_version":"3.0","services":[{"name":"s","url":"http://x.test","routes":[{"paths":["/"]}]}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +163,7 @@ func TestParseJSON(t *testing.T) {
 
 func TestParseUnreadable(t *testing.T) {
 	for _, in := range []string{"", "a: [", "- 1\n- 2", "_format_version: \"3.0\"\n_format_version: \"3.0\""} {
-		if _, err := Parse([]byte(in)); !errors.Is(err, ErrInvalid) {
+		if _, err := parse([]byte(in)); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%q: got %v", in, err)
 		}
 	}
@@ -173,7 +182,7 @@ func FuzzParse(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg, err := Parse(data)
+		cfg, err := parse(data)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) || len(err.(Errors)) == 0 {
 				t.Fatalf("bad error %v", err)

@@ -7,8 +7,17 @@ import (
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
 )
 
+// parseConfig decodes a declarative configuration that must be valid.
+func parseConfig(data []byte) (*kongconf.Config, error) {
+	cfg, errs := kongconf.Decode(data)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return cfg, nil
+}
+
 func TestMatchOrder(t *testing.T) {
-	cfg, err := kongconf.Parse([]byte(`
+	cfg, err := parseConfig([]byte(`
 _format_version: "3.0"
 services:
   - name: s
@@ -63,7 +72,7 @@ type hdrs map[string]string
 func (h hdrs) Peek(k string) []byte { return []byte(h[strings.ToLower(k)]) }
 
 func TestMatchHeaders(t *testing.T) {
-	cfg, err := kongconf.Parse([]byte(`
+	cfg, err := parseConfig([]byte(`
 _format_version: "3.0"
 services:
   - name: s

@@ -1,0 +1,79 @@
+package field
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+)
+
+func TestJSONMessages(t *testing.T) {
+	type conf struct {
+		Names []string          `json:"names"`
+		Hide  bool              `json:"hide"`
+		N     int               `json:"n"`
+		M     map[string]string `json:"m"`
+		Grid  [][]int           `json:"grid"`
+	}
+	for _, tc := range []struct{ in, want string }{
+		{`{"names":{}}`, "config.names: expected a list of strings, got an object"},
+		{`{"hide":[]}`, "config.hide: expected a boolean, got a list"},
+		{`{"n":1.5}`, "config.n: expected an integer, got the number 1.5"},
+		{`{"n":"1"}`, "config.n: expected an integer, got a string"},
+		{`{"m":true}`, "config.m: expected an object, got a boolean"},
+		{`{"grid":[1]}`, "config.grid: expected a list of integers, got a number"},
+		{`{"names":`, "config: invalid JSON: unexpected end"},
+		{`{"names":]`, "config: invalid JSON at byte 10"},
+		{`[]`, "config: expected an object, got a list"},
+	} {
+		var c conf
+		err := json.Unmarshal([]byte(tc.in), &c)
+		if err == nil {
+			t.Fatalf("%s: no error", tc.in)
+		}
+		if got := JSON("config", err).String(); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestKind(t *testing.T) {
+	for _, tc := range []struct {
+		v    any
+		want string
+	}{
+		{[][]int{}, "a list of lists of integers"},
+		{(*bool)(nil), "a boolean"},
+		{[]float64{}, "a list of numbers"},
+		{struct{}{}, "an object"},
+	} {
+		if got := Kind(reflect.TypeOf(tc.v)); got != tc.want {
+			t.Errorf("Kind(%T) = %q, want %q", tc.v, got, tc.want)
+		}
+	}
+}
+
+type list []Error
+
+func (l list) Error() string        { return "list" }
+func (l list) FieldErrors() []Error { return l }
+
+func TestOfAndUnder(t *testing.T) {
+	err := fmt.Errorf("wrapped: %w", list{{Path: "config.limit", Message: "required field missing"}, {Message: "empty"}, {Path: "[2]", Line: 3, Message: "x"}})
+	fes, ok := Of(err)
+	if !ok || len(fes) != 3 {
+		t.Fatalf("Of = %v, %v", fes, ok)
+	}
+	var got []string
+	for _, fe := range fes {
+		got = append(got, fe.Under("plugins[0]").String())
+	}
+	want := []string{"plugins[0].config.limit: required field missing", "plugins[0]: empty", "line 3: plugins[0][2]: x"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if _, ok := Of(errors.New("plain")); ok {
+		t.Fatal("Of found field errors in a plain error")
+	}
+}
