@@ -269,6 +269,8 @@ func TestAdminListenNeedsToken(t *testing.T) {
 	if res.StatusCode != 200 {
 		t.Errorf("with the token: %d", res.StatusCode)
 	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait() // stderr is written by cmd's goroutine until then
 	if strings.Contains(stderr.String(), "tok-123") {
 		t.Errorf("the token is in the log:\n%s", stderr.String())
 	}
