@@ -119,8 +119,8 @@ func parseRedis(f *fields, r *RedisConfig) {
 	f.optString("host", &r.Host)
 	f.optInt("port", &r.Port, 0, maxPort)
 	f.reqInt("database", &r.Database, -1<<31, 1<<31-1)
-	f.optString("username", &r.Username)
-	f.optString("password", &r.Password)
+	f.secret("username", &r.Username)
+	f.secret("password", &r.Password)
 	f.reqBool("ssl", &r.SSL)
 	f.reqBool("ssl_verify", &r.SSLVerify)
 	f.optString("server_name", &r.ServerName)
@@ -139,8 +139,8 @@ func parseRedis(f *fields, r *RedisConfig) {
 	f.optString("sentinel_master", &r.SentinelMaster)
 	f.enum("sentinel_role", &r.SentinelRole, true, "master", "slave", "any")
 	r.SentinelNodes = f.nodes("sentinel_nodes", "host", r.SentinelNodes)
-	f.optString("sentinel_username", &r.SentinelUsername)
-	f.optString("sentinel_password", &r.SentinelPassword)
+	f.secret("sentinel_username", &r.SentinelUsername)
+	f.secret("sentinel_password", &r.SentinelPassword)
 	r.SentinelNodes = f.addresses("sentinel_addresses", "sentinel_nodes", r.SentinelNodes)
 	cluster := f.nodes("cluster_nodes", "ip", fromClusterNodes(r.ClusterNodes))
 	r.ClusterNodes = toClusterNodes(f.addresses("cluster_addresses", "cluster_nodes", cluster))
@@ -263,14 +263,26 @@ func parseCloudAuth(f *fields) *CloudAuth {
 	f.optString("aws_cache_name", &c.AWSCacheName)
 	f.optString("aws_region", &c.AWSRegion)
 	f.reqBool("aws_is_serverless", &c.AWSIsServerless)
-	f.optString("aws_access_key_id", &c.AWSAccessKeyID)
-	f.optString("aws_secret_access_key", &c.AWSSecretAccessKey)
+	f.secret("aws_access_key_id", &c.AWSAccessKeyID)
+	f.secret("aws_secret_access_key", &c.AWSSecretAccessKey)
 	f.optString("aws_assume_role_arn", &c.AWSAssumeRoleARN)
 	f.optString("aws_role_session_name", &c.AWSRoleSessionName)
-	f.optString("azure_client_id", &c.AzureClientID)
-	f.optString("azure_client_secret", &c.AzureClientSecret)
+	f.secret("azure_client_id", &c.AzureClientID)
+	f.secret("azure_client_secret", &c.AzureClientSecret)
 	f.optString("azure_tenant_id", &c.AzureTenantID)
-	f.optString("gcp_service_account_json", &c.GCPServiceAccountJSON)
+	f.secret("gcp_service_account_json", &c.GCPServiceAccountJSON)
 	f.done()
 	return c
+}
+
+// secret reads a string field Kong marks referenceable. A value that is
+// still a secret reference ("{vault://env/redis-password}") was not
+// resolved by Kong, and sending it as a password would fail every
+// connection and leave each node counting alone: it is an error.
+func (f *fields) secret(name string, dst **string) {
+	f.optString(name, dst)
+	if v := *dst; v != nil && strings.HasPrefix(*v, "{vault://") && strings.HasSuffix(*v, "}") {
+		f.d.fail(f.at(name), "unresolved secret reference: sluice does not resolve Kong vault references, give the value itself")
+		*dst = nil
+	}
 }

@@ -173,6 +173,9 @@ type Store struct {
 	unjournaled []string
 
 	decisions, localDecisions, redisCalls, redisErrors, syncs atomic.Uint64
+	// downReason is the reason of the fallback last logged, "" while
+	// connected (guarded by br.mu; see logState).
+	downReason string
 
 	// scriptWindows sends requests of window limits only to take.lua
 	// too, instead of plain commands (incr.go): tests run the script's
@@ -257,16 +260,7 @@ func New(c *Client, opts Options) (*Store, error) {
 }
 
 func (s *Store) stateChanged(from, to State, err error) {
-	switch to {
-	case StateFallback:
-		s.logger.Warn("redisstore: redis unavailable, deciding with local counters",
-			"namespace", s.opts.Namespace, "from", from.String(), "error", err)
-	case StateConnected:
-		s.logger.Info("redisstore: redis available again, counters resync",
-			"namespace", s.opts.Namespace)
-	case StateProbing:
-		s.logger.Debug("redisstore: probing redis", "namespace", s.opts.Namespace)
-	}
+	s.logState(from, to, err)
 	if s.opts.OnStateChange != nil {
 		s.opts.OnStateChange(from, to, err)
 	}
@@ -420,6 +414,9 @@ func (s *Store) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Decisi
 // Any other error is Redis' answer (ErrBadReply) or the store's state
 // (ErrClosed) and goes to the caller.
 func isUnavailable(err error) bool {
+	if Classify(err) != nil {
+		return true
+	}
 	var re *rueidis.RedisError
 	if errors.As(err, &re) && !transient(re) {
 		return false
@@ -566,12 +563,12 @@ func (s *Store) plan(r *ratelimit.Request) *takePlan {
 }
 
 // replyErr wraps the error of a call. An error Redis answered that is not
-// about availability (WRONGTYPE, NOPERM, a script error) wraps ErrBadReply;
+// about availability nor a Fault (WRONGTYPE, a script error) wraps ErrBadReply;
 // anything else (timeouts, refused connections, LOADING...) stays as it is
 // for unavailable to classify.
 func replyErr(what string, err error) error {
 	var re *rueidis.RedisError
-	if errors.As(err, &re) && !transient(re) {
+	if errors.As(err, &re) && !transient(re) && Classify(err) == nil {
 		return fmt.Errorf("%w: running %s: %w", ErrBadReply, what, err)
 	}
 	return fmt.Errorf("redisstore: running %s: %w", what, err)
