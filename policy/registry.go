@@ -79,8 +79,10 @@ type RegistryOptions struct {
 	// Redis state, in order: degraded true, with the cause, when the
 	// namespace starts counting locally because Redis does not answer (at
 	// compile time, when the first dial fails, or later, when a call
-	// fails); degraded false when Redis answers again. Probing a failed
-	// Redis is not a change. A namespace is degraded while any of its
+	// fails); degraded false when Redis answers again. While degraded, a
+	// new cause (Redis down, then up but refusing the password: see
+	// redisstore.Classify) is reported again with degraded true. Probing a
+	// failed Redis for the same cause is not a change. A namespace is degraded while any of its
 	// open default Redis stores is (a reload that changes its Redis config
 	// briefly has two), so closing the last degraded store, say after a
 	// reload that fixed the Redis address, reports false too. It must not

@@ -56,18 +56,38 @@ type redisHealth struct {
 
 	mu       sync.Mutex
 	degraded bool
+	reason   string // of the fault that degraded it, "" for none
 	closed   bool
 }
 
-// set records the store's state; only a change is passed on.
+// set records the store's state; only a change, or a new fault while
+// degraded, is passed on.
 func (h *redisHealth) set(degraded bool, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.closed || h.degraded == degraded {
+	if h.closed {
 		return
 	}
-	h.degraded = degraded
+	reason := ""
+	if f := redisstore.Classify(err); f != nil {
+		reason = f.Reason
+	}
+	if h.degraded == degraded {
+		if degraded && reason != h.reason {
+			h.reason = reason
+			h.r.faultChanged(h.ns, err)
+		}
+		return
+	}
+	h.degraded, h.reason = degraded, reason
 	h.r.namespaceHealth(h.ns, degraded, err)
+}
+
+// faultChanged reports a new cause for a degraded namespace.
+func (r *Registry) faultChanged(ns string, err error) {
+	if r.opts.OnRedisState != nil {
+		r.opts.OnRedisState(ns, true, err)
+	}
 }
 
 // close withdraws the store from its namespace's state: a closed store no
@@ -132,7 +152,10 @@ func (r *Registry) newDefaultRedisStore(cfg RedisStoreConfig) (Store, error) {
 			return nil, err
 		}
 		if err != nil {
-			if r.opts.Logger != nil {
+			if f := redisstore.Classify(err); f != nil && r.opts.Logger != nil {
+				r.opts.Logger.Error("policy: redis refuses the configuration, counting locally until it answers",
+					"namespace", cfg.Namespace, "reason", f.Reason, "setting", "config.redis."+f.Setting, "error", err)
+			} else if r.opts.Logger != nil {
 				r.opts.Logger.Warn("policy: redis unreachable, counting locally until it answers",
 					"namespace", cfg.Namespace, "error", err)
 			}

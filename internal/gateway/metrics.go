@@ -3,11 +3,13 @@ package gateway
 import (
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+	"github.com/seed-008287da/sluice/ratelimit/redisstore"
 )
 
 // Metrics are the gateway's Prometheus collectors, registered on a
@@ -26,6 +28,16 @@ type Metrics struct {
 	storeErrors    *prometheus.CounterVec
 	redisFallback  *prometheus.GaugeVec
 	redisChanges   *prometheus.CounterVec
+	redisFault     *prometheus.GaugeVec
+
+	redisMu    sync.Mutex
+	redisState map[string]redisState // by namespace
+}
+
+// redisState is a namespace's last reported Redis state.
+type redisState struct {
+	degraded bool
+	reason   string // the fault's, "" for none
 }
 
 // NewMetrics creates the collectors and registers them, with the Go
@@ -82,8 +94,13 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 			Name: "sluice_redis_state_changes_total",
 			Help: "Redis state changes of the counter stores by namespace and new state (fallback, connected).",
 		}, []string{"namespace", "state"}),
+		redisFault: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_redis_fault",
+			Help: "1 while a namespace counts locally because Redis refuses its configuration, by reason (wrongpass, noauth, noperm, unknown_command, tls_name, tls_certificate).",
+		}, []string{"namespace", "reason"}),
+		redisState: map[string]redisState{},
 	}
-	for _, c := range []prometheus.Collector{m.redisFallback, m.redisChanges, m.requests, m.decisions, m.decisionTime, m.upstreamErrors,
+	for _, c := range []prometheus.Collector{m.redisFallback, m.redisChanges, m.redisFault, m.requests, m.decisions, m.decisionTime, m.upstreamErrors,
 		m.inflight, m.reloads, m.generation, m.lastReload, m.storeErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := reg.Register(c); err != nil {
@@ -94,12 +111,30 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 }
 
 // RedisStateChanged records a change of a namespace's Redis state in the
-// sluice_redis_fallback gauge (1 while degraded) and
-// sluice_redis_state_changes_total. Its signature is that of
+// sluice_redis_fallback gauge (1 while degraded),
+// sluice_redis_state_changes_total and, when err is a redisstore.Fault,
+// sluice_redis_fault with its reason. Its signature is that of
 // policy.RegistryOptions.OnRedisState, which the gateway's registry (and
-// cmd/sluice's) passes it to; err is not used. It is safe for concurrent
-// use and never blocks.
-func (m *Metrics) RedisStateChanged(namespace string, degraded bool, _ error) {
+// cmd/sluice's) passes it to. It is safe for concurrent use and never
+// blocks.
+func (m *Metrics) RedisStateChanged(namespace string, degraded bool, err error) {
+	cur := redisState{degraded: degraded}
+	if f := redisstore.Classify(err); f != nil && degraded {
+		cur.reason = f.Reason
+	}
+	m.redisMu.Lock()
+	defer m.redisMu.Unlock()
+	prev, seen := m.redisState[namespace]
+	m.redisState[namespace] = cur
+	if prev.reason != "" && prev.reason != cur.reason {
+		m.redisFault.DeleteLabelValues(namespace, prev.reason)
+	}
+	if cur.reason != "" {
+		m.redisFault.WithLabelValues(namespace, cur.reason).Set(1)
+	}
+	if seen && prev.degraded == degraded {
+		return // a new cause, not a new state
+	}
 	v, state := 0.0, "connected"
 	if degraded {
 		v, state = 1, "fallback"

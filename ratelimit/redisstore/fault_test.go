@@ -209,4 +209,3 @@ func TestOutageLogsOncePerChange(t *testing.T) {
 		t.Fatalf("log after %d failed cycles:\n%s\nwant one line down, one up", failed, log.buf.String())
 	}
 }
-
