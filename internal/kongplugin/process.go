@@ -48,7 +48,10 @@ type Options struct {
 	// fake clock here.
 	Now func() time.Time
 	// Registry owns the counter stores. Nil means a new policy.Registry,
-	// closed by Process.Close; a Registry passed in is not closed.
+	// closed by Process.Close, whose Redis state changes the handlers
+	// write to Kong's error log with kong.log, one line per change; a
+	// Registry passed in is not closed, and reports through its own
+	// options.
 	Registry *policy.Registry
 	// Logger receives process-level events that belong to no request
 	// (config-centre errors). Nil means slog.Default(), which a plugin
@@ -82,6 +85,7 @@ type Process struct {
 
 	leasePrefix string
 	leaseSeq    atomic.Uint64
+	storeLog    storeLog
 }
 
 // NewProcess returns the state of one plugin server.
@@ -101,7 +105,7 @@ func NewProcess(opts Options) *Process {
 		p.watch = ConfigSourceWatch(p.log)
 	}
 	if p.registry == nil {
-		p.registry = policy.NewRegistry(policy.RegistryOptions{})
+		p.registry = policy.NewRegistry(policy.RegistryOptions{OnRedisState: p.storeLog.changed})
 		p.ownsReg = true
 	}
 	return p

@@ -204,6 +204,7 @@ func (rc *rlaCompiled) plan() {
 // identifier's value is missing. A consumer-identified authenticated
 // request therefore costs 2 round trips, an IP-identified one 2.
 func (c *RateLimitingConfig) Access(kong *pdk.PDK) {
+	c.p.storeLog.flush(kong)
 	rc, err := c.compiled()
 	if err != nil {
 		failConfig(kong, err)
