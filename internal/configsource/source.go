@@ -1,6 +1,6 @@
 // Package configsource delivers whole configuration documents to a
-// consumer whenever they change: from a watched file (File), from etcd
-// (Etcd), or pushed in memory by the admin API (Push).
+// consumer whenever they change: from a watched file (File) or from etcd
+// (Etcd).
 //
 // A source never swaps a configuration itself. It hands each new document
 // to Handlers.Apply, which parses and validates the whole document and
@@ -11,7 +11,7 @@
 //
 // File and Etcd each run one goroutine that delivers documents one at a
 // time; it stops when the context given to Open is done or when Close is
-// called, and Close waits for it. Push delivers on the caller's goroutine.
+// called, and Close waits for it.
 package configsource
 
 import (
@@ -25,7 +25,7 @@ var (
 	// ErrClosed is returned by a source used after Close.
 	ErrClosed = errors.New("configsource: closed")
 	// ErrRejected wraps the error of a document that Handlers.Apply
-	// rejected, when the source returns it to a caller (Open, Push.Push).
+	// rejected, when the source returns it to a caller.
 	ErrRejected = errors.New("configsource: document rejected")
 	// ErrNotFound is reported when a watched file or etcd key does not
 	// exist; the previous configuration stays in force.
@@ -35,7 +35,7 @@ var (
 // A Document is one complete configuration as a source saw it.
 type Document struct {
 	// Source names where the document came from: "file:/etc/sluice/kong.yml",
-	// "etcd:/sluice/config", "etcd-prefix:/sluice/quotas/" or "push".
+	// "etcd:/sluice/config", "etcd-prefix:/sluice/quotas/".
 	Source string
 	// Data is the document's bytes. It is nil for an etcd prefix, whose
 	// keys are in Entries.
@@ -122,7 +122,6 @@ type Source interface {
 var (
 	_ Source = (*File)(nil)
 	_ Source = (*Etcd)(nil)
-	_ Source = (*Push)(nil)
 )
 
 // deliver hands doc to Apply and reports a rejection. The returned error

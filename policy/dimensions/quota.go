@@ -95,18 +95,6 @@ func (t *Table) LookupValues(values ...string) (Quota, bool) {
 	return q, ok
 }
 
-// NewTable builds a table from overrides, checking each as Parse does.
-// Duplicates are errors. The error, when not nil, is a *ConfigError whose
-// paths are "overrides[i]".
-func NewTable(overrides []Override) (*Table, error) {
-	d := &decoder{}
-	t := d.table("overrides", overrides, nil)
-	if len(d.errs) > 0 {
-		return nil, &ConfigError{Errors: d.errs}
-	}
-	return t, nil
-}
-
 func (d *decoder) table(path string, overrides []Override, paths []string) *Table {
 	t := &Table{}
 	for i, ov := range overrides {

@@ -52,38 +52,14 @@ const (
 )
 
 // A Store keeps counters and leases in process memory. It is safe for
-// concurrent use; calls on keys of different shards never contend.
-//
-// Each counter (one per key and limit window, see storekit.CounterID) is a
-// 48-byte slot of a per-shard open-addressing table: a 128-bit fingerprint
-// of the key and window, and the counter itself, so that a decision on a
-// key among millions reads one place in memory (a map to a separate slab
-// read two, each a cache and TLB miss at that size). The store keeps no
-// copy of counter keys and no pointers: at a million idle keys a key costs
-// about 100 bytes. Two keys share a counter only if two independently
-// seeded 64-bit hashes of them both collide, a chance of about 2^-128 per
-// pair of keys: never, in practice.
-//
-// Memory is bounded in two ways. Idle entries die: a counter is dead once
-// it can no longer affect a decision (storekit.Counter.Expiry: two windows
-// after the start of its last window, or when a token bucket is full), a
-// lease set once its last lease has lapsed. The sweeper, a goroutine owned
-// by the Store, drops dead entries every SweepInterval, locking one shard at
-// a time, never the whole store.
-//
-// And each shard holds at most MaxKeys/Shards entries. When a new entry
-// does not fit, the shard evicts, Redis-style: it looks at a sample of 5
-// of its counters (Go's map iteration starts at a random place) and drops
-// the dead ones among them; if none is dead, it drops the one that would
-// die first (Redis's volatile-ttl policy). Evicting a live counter forgets
-// its count, so size MaxKeys above the number of keys active within your
-// longest window. Leases are never evicted while alive, nor the counters
-// of the key being decided: when a shard holds nothing else, a new entry
-// gets ratelimit.ErrStoreFull.
-//
-// The store decides by Request.Now (zero means time.Now()); the sweeper uses
-// the wall clock. Decisions on existing keys with up to four limits do not
-// allocate.
+// concurrent use. Its memory is bounded: entries that can no longer affect
+// a decision are dropped by a sweeper goroutine (every SweepInterval; Close
+// stops it), and each of the Shards holds at most MaxKeys/Shards entries,
+// evicting the one that would expire first when full, so size MaxKeys above
+// the keys active within your longest window. When nothing can be evicted a
+// call returns ratelimit.ErrStoreFull. Decisions use Request.Now (zero
+// means time.Now()); decisions on existing keys with up to four limits do
+// not allocate. An idle key costs about 100 bytes.
 type Store struct {
 	shards       []shard
 	mask         uint64
