@@ -327,3 +327,32 @@ func TestBehindNginx(t *testing.T) {
 	}
 	s.stop(t)
 }
+
+// TestIgnorePlugins: sluice validate refuses a plugin it does not
+// implement, naming it, and accepts the file with --ignore-plugins;
+// ignoring an authentication plugin is refused.
+func TestIgnorePlugins(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kong.yml")
+	if err := os.WriteFile(path, []byte(`_format_version: "3.0"
+services:
+  - name: s
+    url: http://127.0.0.1:9
+    routes: [{name: r, paths: [/]}]
+    plugins:
+      - {name: cors, enabled: false}
+      - {name: correlation-id}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := command(t, "validate", path).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "plugin 'correlation-id' is not implemented by sluice") || strings.Contains(string(out), "'cors'") {
+		t.Errorf("without --ignore-plugins: %v\n%s", err, out)
+	}
+	if out, err := command(t, "validate", "--ignore-plugins", "correlation-id", path).CombinedOutput(); err != nil {
+		t.Errorf("with --ignore-plugins: %v\n%s", err, out)
+	}
+	out, err = command(t, "validate", "--ignore-plugins", "basic-auth", path).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "would leave its routes open") {
+		t.Errorf("--ignore-plugins basic-auth: %v\n%s", err, out)
+	}
+}

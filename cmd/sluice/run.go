@@ -74,11 +74,12 @@ func run(ctx context.Context, args []string, hup <-chan os.Signal, stdout, stder
 func runValidate(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	ignore := fs.String("ignore-plugins", os.Getenv(envName("ignore-plugins")), "comma-separated plugins sluice does not implement to skip")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: sluice validate kong.yml")
+		fmt.Fprintln(stderr, "usage: sluice validate [--ignore-plugins a,b] kong.yml")
 		return 2
 	}
 	path := fs.Arg(0)
@@ -89,7 +90,7 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	}
 	shared := gateway.NewShared(policy.RegistryOptions{})
 	defer shared.Close()
-	g, err := gateway.New(gateway.Options{Shared: shared})
+	g, err := gateway.New(gateway.Options{Shared: shared, IgnorePlugins: splitList(*ignore)})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return 1
@@ -119,6 +120,7 @@ type serveFlags struct {
 	statusListen     string
 	adminToken       string
 	adminHosts       string
+	ignorePlugins    string
 	trustedIPs       string
 	realIPHeader     string
 	realIPRecursive  bool
@@ -200,6 +202,7 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	str(&f.adminListen, "admin-listen", "127.0.0.1:8001", "admin API listen address (keep it on loopback); empty disables it")
 	str(&f.adminToken, "admin-token", "", "token every admin call must carry in Kong-Admin-Token; required when --admin-listen is not on loopback")
 	str(&f.adminHosts, "admin-allowed-hosts", "", "comma-separated extra Host names (host:port) the admin API answers; by default only the names of its listen address")
+	str(&f.ignorePlugins, "ignore-plugins", "", "comma-separated plugins sluice does not implement whose instances are skipped instead of refusing the file (never an authentication or authorization plugin)")
 	str(&f.statusListen, "status-listen", "", "listen address of GET /status and GET /metrics alone (Kong's status_listen), for probes and Prometheus; empty disables it")
 	str(&f.trustedIPs, "trusted-ips", "", "comma-separated CIDRs whose forwarding headers are trusted (Kong's trusted_ips)")
 	str(&f.realIPHeader, "real-ip-header", clientip.XRealIP, "header holding the client address from a trusted proxy (Kong's real_ip_header)")
@@ -240,6 +243,14 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 		return nil, errors.New("a configuration is required: -c kong.yml or --etcd-endpoints")
 	}
 	return f, nil
+}
+
+// splitList splits a comma-separated flag value; empty gives nil.
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, ",")
 }
 
 // envName is the environment variable of a flag: SLUICE_PROXY_LISTEN for
@@ -307,6 +318,7 @@ func serve(ctx context.Context, f *serveFlags, hup <-chan os.Signal, log *slog.L
 		IdleTimeout:          f.idleTimeout,
 		UpstreamIdleTimeout:  f.upstreamIdle,
 		GroupPolicyOverrides: f.groupOverrides,
+		IgnorePlugins:        splitList(f.ignorePlugins),
 		Shared:               gateway.NewShared(policy.RegistryOptions{Logger: log, OnRedisState: metrics.RedisStateChanged}),
 	}
 	defer opts.Shared.Close()

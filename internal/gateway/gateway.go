@@ -21,6 +21,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,6 +62,12 @@ type Options struct {
 	ClientIP *clientip.Resolver
 	// Plugins are the available plugins; nil means DefaultPlugins().
 	Plugins []PluginFactory
+	// IgnorePlugins names plugins sluice does not implement that a
+	// configuration may use anyway: their instances are skipped (logged
+	// once per load). New refuses an authentication or authorization
+	// plugin here, which would leave a protected route open, and a plugin
+	// sluice implements.
+	IgnorePlugins []string
 	// Shared holds resources kept across reloads; nil makes a new one,
 	// owned (and closed by Shutdown) by the gateway, whose stores log to
 	// Logger and report their Redis state to Metrics. A Shared passed in
@@ -158,6 +166,7 @@ func (s *Shared) Close() error {
 type Gateway struct {
 	opts      Options
 	factories map[string]*PluginFactory
+	ignored   map[string]bool // Options.IgnorePlugins
 	metrics   *Metrics
 	log       *slog.Logger
 	now       func() time.Time
@@ -246,6 +255,16 @@ func New(opts Options) (*Gateway, error) {
 	g.factories = make(map[string]*PluginFactory, len(fs))
 	for i := range fs {
 		g.factories[fs[i].Name] = &fs[i]
+	}
+	g.ignored = make(map[string]bool, len(opts.IgnorePlugins))
+	for _, name := range opts.IgnorePlugins {
+		switch {
+		case g.factories[name] != nil:
+			return nil, fmt.Errorf("gateway: ignore plugins: sluice implements %q; remove it from the list", name)
+		case protectsRoutes[name]:
+			return nil, fmt.Errorf("gateway: ignore plugins: %q authenticates or authorizes requests; skipping it would leave its routes open", name)
+		}
+		g.ignored[name] = true
 	}
 	g.server = &fasthttp.Server{
 		Handler:               g.handle,
@@ -361,9 +380,15 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 			continue // a legacy override, read above
 		}
 		f, ok := g.factories[p.Name]
-		if !ok {
-			errs = append(errs, field.Error{Path: p.Where + ".name",
-				Message: fmt.Sprintf("plugin '%s' not enabled; add it to the 'plugins' configuration property", p.Name)})
+		switch {
+		case !ok && !p.Enabled:
+			g.log.Info("plugin disabled (enabled: false): not built", "plugin", p.Name, "at", p.Where)
+			continue
+		case !ok && g.ignored[p.Name]:
+			g.log.Warn("plugin not implemented by sluice: skipped (--ignore-plugins)", "plugin", p.Name, "at", p.Where)
+			continue
+		case !ok:
+			errs = append(errs, field.Error{Path: p.Where + ".name", Message: g.unknownPlugin(p.Name)})
 			continue
 		}
 		r, ok := rank(p)
@@ -404,6 +429,31 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 		gen.chains[r] = buildChain(insts, r)
 	}
 	return gen, nil
+}
+
+// unknownPlugin says that sluice does not implement name and what it does
+// implement.
+func (g *Gateway) unknownPlugin(name string) string {
+	names := make([]string, 0, len(g.factories))
+	for n := range g.factories {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	hint := "; --ignore-plugins " + name + " skips its instances"
+	if protectsRoutes[name] {
+		hint = "" // never skipped: its routes would be open
+	}
+	return fmt.Sprintf("plugin '%s' is not implemented by sluice (it implements %s)%s", name, strings.Join(names, ", "), hint)
+}
+
+// protectsRoutes are Kong's authentication and authorization plugins:
+// skipping one would serve its routes unprotected.
+var protectsRoutes = map[string]bool{
+	"key-auth": true, "key-auth-enc": true, "basic-auth": true, "jwt": true, "jwt-signer": true,
+	"oauth2": true, "oauth2-introspection": true, "openid-connect": true, "hmac-auth": true,
+	"ldap-auth": true, "ldap-auth-advanced": true, "mtls-auth": true, "session": true,
+	"vault-auth": true, "saml": true, "acl": true, "ip-restriction": true, "bot-detection": true,
+	"opa": true, "request-validator": true, "oas-validation": true,
 }
 
 // Config returns the configuration serving requests as it was loaded, and
