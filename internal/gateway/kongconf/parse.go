@@ -33,12 +33,15 @@ func Decode(data []byte) (*Config, Errors) {
 		return nil, Errors{{Message: "empty configuration"}}
 	}
 	p := &parser{errs: &errList{}}
-	root := asObj(normalize(doc), "", p.errs)
+	tree := normalize(doc)
+	root := asObj(tree, "", p.errs)
 	if root == nil {
 		return nil, p.errs.list
 	}
 	cfg := p.parse(root)
-	return cfg, p.errs.list
+	refs := Errors{}
+	unresolvedRefs(tree, "", &refs)
+	return cfg, append(p.errs.list, refs...)
 }
 
 // yamlErrors turns the YAML reader's error into one error per problem,
