@@ -18,7 +18,8 @@ import (
 const sluiceMaxKeys = 4_000_000
 
 // SluiceContenders returns sluice's in-process store with each of its
-// algorithms, one limit per call, time read per call (as the peers do).
+// algorithms, one limit per call, time read per call (as the peers do), on
+// the allow-only path (Request.AllowOnly: a bool, as the peers answer).
 func SluiceContenders() []Contender {
 	return []Contender{
 		{Name: "sluice-sliding", Keyed: true, New: sluiceMemory(ratelimit.SlidingWindow)},
@@ -37,7 +38,7 @@ func sluiceMemory(alg ratelimit.Algorithm) func(count int64, window time.Duratio
 		ctx := context.Background()
 		return Instance{
 			Allow: func(key string) (bool, error) {
-				d, err := s.Take(ctx, ratelimit.Request{Key: key, Limits: limits})
+				d, err := s.Take(ctx, ratelimit.Request{Key: key, Limits: limits, AllowOnly: true})
 				return d.Allowed, err
 			},
 			Keys:  s.Len,

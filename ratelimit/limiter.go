@@ -50,10 +50,12 @@ func (l *Limiter) SetLimits(limits ...Limit) error {
 // Limits returns a copy of the current limits.
 func (l *Limiter) Limits() []Limit { return append([]Limit(nil), *l.limits.Load()...) }
 
-// Allow is shorthand for AllowN(context.Background(), key, 1, time.Now()).
-// A store failure counts as allowed: use AllowN to see it.
+// Allow reports whether a call of cost 1 for key may happen now, and takes
+// it if so: AllowN(context.Background(), key, 1, time.Now()).Allowed, on the
+// store's allow-only path (Request.AllowOnly). A store failure counts as
+// allowed: use AllowN to see it.
 func (l *Limiter) Allow(key string) bool {
-	d, err := l.AllowN(context.Background(), key, 1, time.Now())
+	d, err := l.store.Take(context.Background(), Request{Key: key, Limits: *l.limits.Load(), Cost: 1, Now: time.Now(), Penalty: l.penalty, AllowOnly: true})
 	return err != nil || d.Allowed
 }
 
@@ -68,8 +70,8 @@ func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(c
 // WaitN blocks until a call of cost n for key is allowed, and takes it. It
 // returns an error, without waiting, when n exceeds a limit's capacity
 // (wrapping ErrCostExceedsLimit) or when the wait the store announces would
-// reach or pass ctx's deadline; it returns ctx.Err() if ctx ends while
-// waiting. It never sleeps past the deadline.
+// reach or pass ctx's deadline (wrapping context.DeadlineExceeded); it
+// returns ctx.Err() if ctx ends while waiting. It never sleeps past the deadline.
 //
 // Each attempt is a real call to the store, so with Penalty set a waiting
 // caller's attempts are counted like any other denied call.
@@ -103,7 +105,7 @@ func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
 		// A wait ending at the deadline itself would race the context's
 		// expiry, so it is refused too.
 		if dl, ok := ctx.Deadline(); ok && !now.Add(wait).Before(dl) {
-			return fmt.Errorf("ratelimit: wait of %s for %q would exceed the context deadline", wait, key)
+			return fmt.Errorf("ratelimit: wait of %s for %q would exceed the context deadline: %w", wait, key, context.DeadlineExceeded)
 		}
 		if timer == nil {
 			timer = time.NewTimer(wait)

@@ -47,6 +47,11 @@ type Request struct {
 	// The zero value is all-or-nothing: a denied call consumes nothing in any
 	// limit. Token buckets are never charged for a denied call.
 	Penalty bool
+	// AllowOnly asks for a decision that only says whether the call is
+	// allowed: Allowed, Denied and RetryAfter are as without it, but the
+	// per-limit states may be left out (Len 0), which lets a store skip
+	// computing them. The call is counted the same either way.
+	AllowOnly bool
 }
 
 // A LeaseRequest asks for one of at most Max concurrent leases on Key.

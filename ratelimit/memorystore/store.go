@@ -311,7 +311,11 @@ func (s *Store) Take(_ context.Context, r ratelimit.Request) (d ratelimit.Decisi
 		sh.mu.Unlock()
 		return d, fmt.Errorf("memorystore: %w: no room for key %q", ratelimit.ErrStoreFull, r.Key)
 	}
-	d = storekit.Apply(&r, cs)
+	if r.AllowOnly && storekit.TryAllow(&r, cs) {
+		d.Allowed, d.Denied = true, -1
+	} else {
+		d = storekit.Apply(&r, cs)
+	}
 	for i := range r.Limits {
 		if pos[i] >= 0 {
 			sh.tab[pos[i]].e = entry{c: cs[i], exp: cs[i].Expiry(r.Limits[i])}

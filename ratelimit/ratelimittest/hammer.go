@@ -50,7 +50,8 @@ func (o *HammerOptions) fill() {
 //   - concurrency leases (of a store that is also a ratelimit.LeaseStore)
 //     are never more than Max alive, as seen by the holders themselves.
 //
-// Each check uses its own key, so s may be shared with other tests.
+// Half the goroutines use Request.AllowOnly. Each check uses its own key,
+// so s may be shared with other tests.
 func Hammer(t *testing.T, s ratelimit.Store, o HammerOptions) {
 	o.fill()
 	perPhase := int64(o.Goroutines * o.Calls)
@@ -113,11 +114,12 @@ func hammerPhases(t *testing.T, s ratelimit.Store, o HammerOptions, key string, 
 		var admitted atomic.Int64
 		var wg sync.WaitGroup
 		start := make(chan struct{})
-		for range o.Goroutines {
+		for g := range o.Goroutines {
 			wg.Go(func() {
 				<-start
 				for range o.Calls {
-					d, err := s.Take(ctx, ratelimit.Request{Key: key, Limits: ls, Now: At(at)})
+					// Half the goroutines take the allow-only path.
+					d, err := s.Take(ctx, ratelimit.Request{Key: key, Limits: ls, Now: At(at), AllowOnly: g%2 == 1})
 					if err != nil {
 						t.Errorf("phase %d: Take: %v", p, err)
 						return

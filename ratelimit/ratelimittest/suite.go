@@ -20,6 +20,9 @@ func Run(t *testing.T, f Factory) {
 	for _, tl := range Timelines() {
 		t.Run(tl.Name, func(t *testing.T) { Play(t, open(t, f), tl) })
 	}
+	for _, tl := range Timelines() {
+		t.Run("AllowOnly/"+tl.Name, func(t *testing.T) { PlayAllowOnly(t, open(t, f), open(t, f), tl) })
+	}
 	for _, tl := range LeaseTimelines() {
 		t.Run(tl.Name, func(t *testing.T) { PlayLeases(t, openLeases(t, f), tl) })
 	}

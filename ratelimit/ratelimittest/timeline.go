@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -78,6 +79,68 @@ func Play(t testing.TB, s ratelimit.Store, tl Timeline) {
 	if err := play(s, tl); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// PlayAllowOnly runs tl on two empty stores in lockstep, on full with
+// plain requests and on fast with Request.AllowOnly, and fails t at the
+// first step whose decisions differ in Allowed, Denied or RetryAfter, or
+// whose full decision differs from the expected one. The allow-only
+// decision may leave out its limit states; if it has them, they must be
+// the full decision's.
+func PlayAllowOnly(t testing.TB, full, fast ratelimit.Store, tl Timeline) {
+	t.Helper()
+	if err := playAllowOnly(full, fast, tl); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func playAllowOnly(full, fast ratelimit.Store, tl Timeline) error {
+	ctx := context.Background()
+	for i, st := range tl.Steps {
+		r := stepRequest(&tl, &st)
+		d, err := full.Take(ctx, r)
+		if err != nil {
+			return fmt.Errorf("step %d (t0+%s, key %q): Take: %w", i, st.At, r.Key, err)
+		}
+		if msg := checkDecision(&d, &st, len(r.Limits)); msg != "" {
+			return fmt.Errorf("step %d (t0+%s, key %q, cost %d): %s", i, st.At, r.Key, st.Cost, msg)
+		}
+		r.AllowOnly = true
+		q, err := fast.Take(ctx, r)
+		if err != nil {
+			return fmt.Errorf("step %d (t0+%s, key %q): allow-only Take: %w", i, st.At, r.Key, err)
+		}
+		switch {
+		case q.Allowed != d.Allowed || q.Denied != d.Denied || q.RetryAfter != d.RetryAfter:
+			return fmt.Errorf("step %d (t0+%s, key %q, cost %d): allow-only decision %s, full decision %s",
+				i, st.At, r.Key, st.Cost, describe(&q), describe(&d))
+		case q.Len() != 0 && !slices.Equal(q.States(), d.States()):
+			return fmt.Errorf("step %d (t0+%s, key %q, cost %d): allow-only states %v, full states %v",
+				i, st.At, r.Key, st.Cost, q.States(), d.States())
+		}
+	}
+	return nil
+}
+
+// stepRequest is the request of step st of tl.
+func stepRequest(tl *Timeline, st *Step) ratelimit.Request {
+	r := ratelimit.Request{
+		Key:     tl.Key,
+		Limits:  tl.Limits,
+		Cost:    st.Cost,
+		Now:     At(st.At),
+		Penalty: tl.Penalty,
+	}
+	if r.Key == "" {
+		r.Key = "k"
+	}
+	if st.Key != "" {
+		r.Key = st.Key
+	}
+	if st.Limits != nil {
+		r.Limits = st.Limits
+	}
+	return r
 }
 
 func play(s ratelimit.Store, tl Timeline) error {

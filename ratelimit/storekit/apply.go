@@ -404,3 +404,69 @@ func (a u128) div(d uint64) uint64 {
 }
 
 func (a u128) float() float64 { return float64(a.hi)*(1<<64) + float64(a.lo) }
+
+// TryAllow is the allow-only path of Apply (ratelimit.Request.AllowOnly):
+// when Apply would allow r, TryAllow updates cs exactly as Apply would and
+// returns true, without computing any limit's state. Otherwise it returns
+// false, with cs as they were but rolled to r.Now: the caller then calls
+// Apply for the decision, which is what Apply would have given on the
+// original counters. r.Now must be set and r.Limits valid.
+func TryAllow(r *ratelimit.Request, cs []Counter) bool {
+	if len(r.Limits) > inlineStates {
+		return false
+	}
+	cost := r.Cost
+	if cost <= 0 {
+		cost = 1
+	}
+	nowNs := r.Now.UnixNano()
+	nowMs := floorDiv(nowNs, int64(time.Millisecond))
+	var next [inlineStates]int64 // each limit's new Cur, or a bucket's new TAT
+	for i := range r.Limits {
+		l := &r.Limits[i]
+		c := &cs[i]
+		if l.Algorithm == ratelimit.TokenBucket {
+			burst := l.Capacity()
+			if cost > burst {
+				return false
+			}
+			t := emission(l)
+			nowUs := floorDiv(nowNs, int64(time.Microsecond))
+			tat := max(c.Start, nowUs)
+			inc := satMul(cost, t)
+			if tat+inc-nowUs > satMul(burst, t) {
+				return false
+			}
+			next[i] = tat + inc
+			continue
+		}
+		roll(c, l, nowMs)
+		cur := c.Cur
+		if cur > math.MaxInt64-cost {
+			cur = math.MaxInt64
+		} else {
+			cur += cost
+		}
+		if l.Algorithm == ratelimit.FixedWindow {
+			if cur > l.Count {
+				return false
+			}
+		} else {
+			w := int64(l.Window / time.Millisecond)
+			e := max(nowMs-c.Start, 0)
+			total := mul(uint64(cur), uint64(w)).add(mul(uint64(c.Prev), uint64(w-e)))
+			if total.cmp(mul(uint64(l.Count), uint64(w))) > 0 {
+				return false
+			}
+		}
+		next[i] = cur
+	}
+	for i := range r.Limits {
+		if r.Limits[i].Algorithm == ratelimit.TokenBucket {
+			cs[i].Start = next[i]
+		} else {
+			cs[i].Cur = next[i]
+		}
+	}
+	return true
+}

@@ -194,8 +194,21 @@ func FuzzApply(f *testing.F) {
 				cost = 1
 			}
 			before := slices.Clone(cs)
+			fast := slices.Clone(cs)
+			ok := TryAllow(&r, fast)
 			d := Apply(&r, cs)
 			where := func() string { return fmt.Sprintf("step %d (t0+%s, cost %d, limits %v)", step, now, cost, limits) }
+			if ok != d.Allowed {
+				t.Fatalf("%s: TryAllow = %v, Apply allowed %v", where(), ok, d.Allowed)
+			}
+			if !ok {
+				if fd := Apply(&r, fast); fd.Allowed || fd.Denied != d.Denied || fd.RetryAfter != d.RetryAfter {
+					t.Fatalf("%s: Apply after a failed TryAllow = %+v, want %+v", where(), fd, d)
+				}
+			}
+			if !slices.Equal(fast, cs) {
+				t.Fatalf("%s: counters after the allow-only path %v, after Apply %v", where(), fast, cs)
+			}
 			if d.Len() != len(limits) {
 				t.Fatalf("%s: %d states", where(), d.Len())
 			}
