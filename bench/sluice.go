@@ -19,7 +19,7 @@ const sluiceMaxKeys = 4_000_000
 
 // SluiceContenders returns sluice's in-process store with each of its
 // algorithms, one limit per call, time read per call (as the peers do), on
-// the allow-only path (Request.AllowOnly: a bool, as the peers answer).
+// the allow-only path (Store.Allow: a bool, as the peers answer).
 func SluiceContenders() []Contender {
 	return []Contender{
 		{Name: "sluice-sliding", Keyed: true, New: sluiceMemory(ratelimit.SlidingWindow)},
@@ -38,8 +38,7 @@ func sluiceMemory(alg ratelimit.Algorithm) func(count int64, window time.Duratio
 		ctx := context.Background()
 		return Instance{
 			Allow: func(key string) (bool, error) {
-				d, err := s.Take(ctx, ratelimit.Request{Key: key, Limits: limits, AllowOnly: true})
-				return d.Allowed, err
+				return s.Allow(ctx, ratelimit.Request{Key: key, Limits: limits})
 			},
 			Keys:  s.Len,
 			Close: func() { _ = s.Close() },

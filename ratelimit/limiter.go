@@ -15,6 +15,7 @@ import (
 // the store and are not reset by it. A Limiter is safe for concurrent use.
 type Limiter struct {
 	store   Store
+	allower Allower // store, when it is one
 	limits  atomic.Pointer[[]Limit]
 	penalty bool
 }
@@ -31,6 +32,7 @@ type LimiterOptions struct {
 // limit.
 func NewLimiter(store Store, opts LimiterOptions, limits ...Limit) (*Limiter, error) {
 	l := &Limiter{store: store, penalty: opts.Penalty}
+	l.allower, _ = store.(Allower)
 	if err := l.SetLimits(limits...); err != nil {
 		return nil, err
 	}
@@ -52,10 +54,15 @@ func (l *Limiter) Limits() []Limit { return append([]Limit(nil), *l.limits.Load(
 
 // Allow reports whether a call of cost 1 for key may happen now, and takes
 // it if so: AllowN(context.Background(), key, 1, time.Now()).Allowed, on the
-// store's allow-only path (Request.AllowOnly). A store failure counts as
-// allowed: use AllowN to see it.
+// store's allow-only path (Allower, or Request.AllowOnly). A store failure
+// counts as allowed: use AllowN to see it.
 func (l *Limiter) Allow(key string) bool {
-	d, err := l.store.Take(context.Background(), Request{Key: key, Limits: *l.limits.Load(), Cost: 1, Now: time.Now(), Penalty: l.penalty, AllowOnly: true})
+	r := Request{Key: key, Limits: *l.limits.Load(), Cost: 1, Now: time.Now(), Penalty: l.penalty, AllowOnly: true}
+	if l.allower != nil {
+		ok, err := l.allower.Allow(context.Background(), r)
+		return err != nil || ok
+	}
+	d, err := l.store.Take(context.Background(), r)
 	return err != nil || d.Allowed
 }
 

@@ -103,6 +103,15 @@ type Store interface {
 	Close() error
 }
 
+// An Allower is a Store with an allow-only path that answers a bool, for
+// callers that need no more (Limiter.Allow uses it). Allow(ctx, r) must
+// count r and answer as Take(ctx, r).Allowed does; the conformance suite
+// checks it.
+type Allower interface {
+	Store
+	Allow(ctx context.Context, r Request) (bool, error)
+}
+
 // A LeaseStore keeps concurrency leases. Implementations must be safe for
 // concurrent use; no key ever has more than Max live leases.
 type LeaseStore interface {

@@ -72,7 +72,7 @@ type Store struct {
 }
 
 var (
-	_ ratelimit.Store      = (*Store)(nil)
+	_ ratelimit.Allower    = (*Store)(nil)
 	_ ratelimit.LeaseStore = (*Store)(nil)
 )
 
@@ -264,17 +264,30 @@ func (s *Store) shardOf(h1 uint64) *shard { return &s.shards[h1&s.mask] }
 // shard full of live leases. Take never waits for anything but one shard's
 // lock.
 //
-// d is a named result so that storekit.Apply's decision is not copied on its way
+// d is a named result so that Apply's decision is not copied on its way
 // out: a Decision is a few hundred bytes.
 func (s *Store) Take(_ context.Context, r ratelimit.Request) (d ratelimit.Decision, err error) {
+	_, err = s.decide(&r, &d, r.AllowOnly)
+	return d, err
+}
+
+// Allow is Take with r.AllowOnly that only answers whether the call is
+// allowed; see ratelimit.Allower. Errors are as for Take.
+func (s *Store) Allow(_ context.Context, r ratelimit.Request) (bool, error) {
+	return s.decide(&r, nil, true)
+}
+
+// decide decides r, on the allow-only path if allowOnly, and reports
+// whether it was allowed. The decision goes to d unless d is nil.
+func (s *Store) decide(r *ratelimit.Request, d *ratelimit.Decision, allowOnly bool) (bool, error) {
 	if s.closed.Load() {
-		return d, ratelimit.ErrClosed
+		return false, ratelimit.ErrClosed
 	}
 	if err := ratelimit.ValidateLimits(r.Limits); err != nil {
-		return d, fmt.Errorf("memorystore: %w", err)
+		return false, fmt.Errorf("memorystore: %w", err)
 	}
 	if r.Cost < 0 {
-		return d, fmt.Errorf("memorystore: %w: cost must not be negative, got %d", ratelimit.ErrInvalidLimit, r.Cost)
+		return false, fmt.Errorf("memorystore: %w: cost must not be negative, got %d", ratelimit.ErrInvalidLimit, r.Cost)
 	}
 	if r.Now.IsZero() {
 		r.Now = time.Now()
@@ -309,12 +322,20 @@ func (s *Store) Take(_ context.Context, r ratelimit.Request) (d ratelimit.Decisi
 	// where they are until an insert rebuilds the table.
 	if missing > 0 && !sh.makeRoom(missing, s.perShard, pos, now) {
 		sh.mu.Unlock()
-		return d, fmt.Errorf("memorystore: %w: no room for key %q", ratelimit.ErrStoreFull, r.Key)
+		return false, fmt.Errorf("memorystore: %w: no room for key %q", ratelimit.ErrStoreFull, r.Key)
 	}
-	if r.AllowOnly && storekit.TryAllow(&r, cs) {
-		d.Allowed, d.Denied = true, -1
-	} else {
-		d = storekit.Apply(&r, cs)
+	var allowed bool
+	switch {
+	case allowOnly && storekit.TryAllow(r, cs):
+		allowed = true
+		if d != nil {
+			d.Allowed, d.Denied = true, -1
+		}
+	case d == nil:
+		allowed = storekit.Apply(r, cs).Allowed
+	default:
+		*d = storekit.Apply(r, cs)
+		allowed = d.Allowed
 	}
 	for i := range r.Limits {
 		if pos[i] >= 0 {
@@ -334,7 +355,7 @@ func (s *Store) Take(_ context.Context, r ratelimit.Request) (d ratelimit.Decisi
 		sh.insert(k, e)
 	}
 	sh.mu.Unlock()
-	return d, nil
+	return allowed, nil
 }
 
 // makeRoom evicts until n more entries fit in sh, sparing the slots in

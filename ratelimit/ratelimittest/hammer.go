@@ -50,8 +50,9 @@ func (o *HammerOptions) fill() {
 //   - concurrency leases (of a store that is also a ratelimit.LeaseStore)
 //     are never more than Max alive, as seen by the holders themselves.
 //
-// Half the goroutines use Request.AllowOnly. Each check uses its own key,
-// so s may be shared with other tests.
+// Half the goroutines use Request.AllowOnly, and half of those Allow when
+// s is a ratelimit.Allower. Each check uses its own key, so s may be shared
+// with other tests.
 func Hammer(t *testing.T, s ratelimit.Store, o HammerOptions) {
 	o.fill()
 	perPhase := int64(o.Goroutines * o.Calls)
@@ -117,14 +118,25 @@ func hammerPhases(t *testing.T, s ratelimit.Store, o HammerOptions, key string, 
 		for g := range o.Goroutines {
 			wg.Go(func() {
 				<-start
+				a, _ := s.(ratelimit.Allower)
 				for range o.Calls {
-					// Half the goroutines take the allow-only path.
-					d, err := s.Take(ctx, ratelimit.Request{Key: key, Limits: ls, Now: At(at), AllowOnly: g%2 == 1})
+					// Half the goroutines take the allow-only path, through
+					// Allow when the store has it.
+					r := ratelimit.Request{Key: key, Limits: ls, Now: At(at), AllowOnly: g%2 == 1}
+					var allowed bool
+					var err error
+					if a != nil && g%4 == 3 {
+						allowed, err = a.Allow(ctx, r)
+					} else {
+						var d ratelimit.Decision
+						d, err = s.Take(ctx, r)
+						allowed = d.Allowed
+					}
 					if err != nil {
 						t.Errorf("phase %d: Take: %v", p, err)
 						return
 					}
-					if d.Allowed {
+					if allowed {
 						admitted.Add(1)
 					}
 				}

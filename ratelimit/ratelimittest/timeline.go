@@ -86,7 +86,8 @@ func Play(t testing.TB, s ratelimit.Store, tl Timeline) {
 // first step whose decisions differ in Allowed, Denied or RetryAfter, or
 // whose full decision differs from the expected one. The allow-only
 // decision may leave out its limit states; if it has them, they must be
-// the full decision's.
+// the full decision's. When fast is a ratelimit.Allower, every other step
+// calls Allow instead, which must answer the full decision's Allowed.
 func PlayAllowOnly(t testing.TB, full, fast ratelimit.Store, tl Timeline) {
 	t.Helper()
 	if err := playAllowOnly(full, fast, tl); err != nil {
@@ -106,6 +107,17 @@ func playAllowOnly(full, fast ratelimit.Store, tl Timeline) error {
 			return fmt.Errorf("step %d (t0+%s, key %q, cost %d): %s", i, st.At, r.Key, st.Cost, msg)
 		}
 		r.AllowOnly = true
+		if a, ok := fast.(ratelimit.Allower); ok && i%2 == 1 {
+			allowed, err := a.Allow(ctx, r)
+			if err != nil {
+				return fmt.Errorf("step %d (t0+%s, key %q): Allow: %w", i, st.At, r.Key, err)
+			}
+			if allowed != d.Allowed {
+				return fmt.Errorf("step %d (t0+%s, key %q, cost %d): Allow = %v, full decision %s",
+					i, st.At, r.Key, st.Cost, allowed, describe(&d))
+			}
+			continue
+		}
 		q, err := fast.Take(ctx, r)
 		if err != nil {
 			return fmt.Errorf("step %d (t0+%s, key %q): allow-only Take: %w", i, st.At, r.Key, err)
