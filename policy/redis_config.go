@@ -286,3 +286,20 @@ func (f *fields) secret(name string, dst **string) {
 		*dst = nil
 	}
 }
+
+// ParseRedis reads Kong's config.redis record from raw JSON over Kong's
+// defaults, with the checks rate-limiting-advanced applies to it: the one
+// mapping of Kong's Redis settings for every plugin. Absent fields keep
+// their defaults; errors name fields under "config.redis" and come as a
+// *ValidationError.
+func ParseRedis(raw []byte) (*RedisConfig, error) {
+	d := &decoder{}
+	r := defaultRedis()
+	if f := d.record(pathConfig+".redis", raw); f != nil {
+		parseRedis(f, &r)
+	}
+	if len(d.errs) > 0 {
+		return nil, &ValidationError{Errors: d.errs}
+	}
+	return &r, nil
+}

@@ -2,18 +2,15 @@ package kongplugin
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"math"
-	"strconv"
 	"time"
 
 	"github.com/Kong/go-pdk"
 
+	"github.com/seed-008287da/sluice/policy"
+	"github.com/seed-008287da/sluice/policy/field"
 	"github.com/seed-008287da/sluice/ratelimit"
-	"github.com/seed-008287da/sluice/ratelimit/memorystore"
 )
 
 // ConcurrencyPriority runs sluice-concurrency right after the rate limiters
@@ -72,33 +69,8 @@ type ConcurrencyConfig struct {
 func (p *Process) NewConcurrency() any { return &ConcurrencyConfig{p: p} }
 
 type concCompiled struct {
-	store      ratelimit.LeaseStore
-	max        int64
-	ttl        time.Duration
-	ident      string
-	headerName string
-	sharedKey  string
-	status     int
-	body       []byte
-	hide       bool
-}
-
-// leaseStore is one namespace's store, shared by every config that names
-// it.
-type leaseStore struct {
-	store ratelimit.LeaseStore
-}
-
-// leaseID returns an id unique to this process and call: a random
-// per-process prefix keeps the ids of processes sharing a Redis apart.
-func (p *Process) leaseID() string {
-	return p.leasePrefix + strconv.FormatUint(p.leaseSeq.Add(1), 10)
-}
-
-func randomPrefix() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+).
-	return hex.EncodeToString(b) + "-"
+	pol       *policy.Concurrency
+	sharedKey string
 }
 
 func (c *ConcurrencyConfig) compiled() (*concCompiled, error) {
@@ -115,18 +87,21 @@ func (p *Process) compileConcurrency(c *ConcurrencyConfig) (*concCompiled, error
 		return nil, err
 	}
 	return p.conc.get(sum, func() (*concCompiled, error) {
-		cc, ns, strategy, errs := c.check()
-		if len(errs) == 0 {
-			s, err := p.leaseStoreFor(ns, strategy, c.Redis)
-			if err != nil {
-				errs = append(errs, err.Error())
-			}
-			cc.store = s
+		pc, sharedKey, err := c.policyConfig()
+		if err != nil {
+			return nil, err
 		}
-		if len(errs) > 0 {
-			return nil, fmt.Errorf("%w: sluice-concurrency: %s", ErrInvalidConfig, joinErrs(errs))
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.closed {
+			return nil, ErrClosed
 		}
-		return cc, nil
+		pol, err := policy.NewConcurrency(pc, p.registry)
+		if err != nil {
+			return nil, concErr(err)
+		}
+		p.concs = append(p.concs, pol)
+		return &concCompiled{pol: pol, sharedKey: sharedKey}, nil
 	})
 }
 
@@ -134,168 +109,124 @@ func (p *Process) compileConcurrency(c *ConcurrencyConfig) (*concCompiled, error
 // without building its store. The error wraps ErrInvalidConfig and lists
 // every problem.
 func (c *ConcurrencyConfig) Validate() error {
-	if _, _, _, errs := c.check(); len(errs) > 0 {
-		return fmt.Errorf("%w: sluice-concurrency: %s", ErrInvalidConfig, joinErrs(errs))
+	pc, _, err := c.policyConfig()
+	if err != nil {
+		return err
+	}
+	if err := policy.ValidateConcurrency(pc); err != nil {
+		return concErr(err)
 	}
 	return nil
 }
 
-// check validates and defaults every field but the store.
-func (c *ConcurrencyConfig) check() (cc *concCompiled, ns, strategy string, errs []string) {
-	cc = &concCompiled{ttl: time.Minute, ident: "ip", sharedKey: DefaultSharedKey,
-		status: 429, body: messageJSON("Too many concurrent requests")}
-	if c.Limit == nil {
-		errs = append(errs, "limit: required field missing")
-	} else if *c.Limit <= 0 {
-		errs = append(errs, "limit: value must be greater than 0")
-	} else {
-		cc.max = int64(*c.Limit)
-	}
-	if c.LeaseTTL != nil {
-		ms := *c.LeaseTTL * 1000
-		if ms < 1 || ms != math.Trunc(ms) || *c.LeaseTTL > 86400 {
-			errs = append(errs, "lease_ttl: expected a whole number of milliseconds between 0.001 and 86400 seconds")
-		} else {
-			cc.ttl = time.Duration(ms) * time.Millisecond
-		}
-	}
-	if c.Identifier != nil {
-		cc.ident = *c.Identifier
-	}
-	if cc.ident == "shared" {
-		cc.ident = "dimension"
-	}
-	switch cc.ident {
-	case "ip", "consumer", "credential", "service", "route", "dimension":
-	case "header":
-		if c.HeaderName == nil || *c.HeaderName == "" {
-			errs = append(errs, "header_name: No header name provided")
-		} else {
-			cc.headerName = *c.HeaderName
-		}
-	default:
-		errs = append(errs, "identifier: expected one of: ip, consumer, credential, service, route, header, dimension")
-	}
-	if c.SharedKey != nil && *c.SharedKey != "" {
-		cc.sharedKey = *c.SharedKey
+// policyConfig translates the config for policy.Concurrency, which holds
+// the rules; Kong's config.redis is read by policy.ParseRedis.
+func (c *ConcurrencyConfig) policyConfig() (*policy.ConcurrencyConfig, string, error) {
+	pc := &policy.ConcurrencyConfig{LeaseTTL: c.LeaseTTL, HeaderName: deref(c.HeaderName),
+		Namespace: deref(c.Namespace), Strategy: deref(c.Strategy), ErrorMessage: c.ErrorMessage,
+		HideClientHeaders: c.HideClientHeaders != nil && *c.HideClientHeaders}
+	if c.Limit != nil {
+		pc.Limit = ptr(int64(*c.Limit))
 	}
 	if c.ErrorCode != nil {
-		if *c.ErrorCode < 100 || *c.ErrorCode > 599 {
-			errs = append(errs, "error_code: expected an HTTP status between 100 and 599")
-		} else {
-			cc.status = *c.ErrorCode
-		}
+		pc.ErrorCode = ptr(int64(*c.ErrorCode))
 	}
-	if c.ErrorMessage != nil {
-		cc.body = messageJSON(*c.ErrorMessage)
+	if pc.Identifier = deref(c.Identifier); pc.Identifier == "shared" {
+		pc.Identifier = "dimension"
 	}
-	cc.hide = c.HideClientHeaders != nil && *c.HideClientHeaders
-	ns = "sluice-concurrency"
-	if c.Namespace != nil && *c.Namespace != "" {
-		ns = *c.Namespace
-	}
-	strategy = "local"
-	if c.Strategy != nil {
-		strategy = *c.Strategy
-	}
-	switch strategy {
-	case "local":
-	case "redis":
+	if c.Strategy != nil && *c.Strategy == "redis" {
 		if c.Redis == nil {
-			errs = append(errs, "redis: No redis config provided")
+			return nil, "", &configError{"sluice-concurrency", []field.Error{{Path: "config.redis", Message: "No redis config provided"}}}
 		}
-	default:
-		errs = append(errs, "strategy: expected one of: local, redis")
-	}
-	return cc, ns, strategy, errs
-}
-
-// leaseStoreFor returns the process-level store of a namespace.
-func (p *Process) leaseStoreFor(ns, strategy string, redis *RedisConf) (ratelimit.LeaseStore, error) {
-	key := strategy + "|" + ns
-	if strategy == "redis" {
-		fp, err := json.Marshal(redis)
+		raw, err := withoutNulls(c.Redis)
 		if err != nil {
-			return nil, fmt.Errorf("kongplugin: encoding redis config: %w", err)
+			return nil, "", err
 		}
-		key += "|" + string(fp)
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		return nil, ErrClosed
-	}
-	if l, ok := p.leases[key]; ok {
-		return l.store, nil
-	}
-	var s ratelimit.LeaseStore
-	switch strategy {
-	case "local":
-		s = memorystore.New(memorystore.Options{})
-	case "redis":
-		if redis == nil {
-			return nil, fmt.Errorf("redis: No redis config provided")
+		if pc.Redis, err = policy.ParseRedis(raw); err != nil {
+			return nil, "", concErr(err)
 		}
-		if p.newRedis == nil {
-			return nil, fmt.Errorf("strategy: this plugin server has no Redis support")
-		}
-		var err error
-		if s, err = p.newRedis(ns, *redis); err != nil {
-			return nil, fmt.Errorf("redis: %w", err)
-		}
-	default:
-		return nil, fmt.Errorf("strategy: expected one of: local, redis")
 	}
-	p.leases[key] = &leaseStore{store: s}
-	return s, nil
+	sharedKey := DefaultSharedKey
+	if c.SharedKey != nil && *c.SharedKey != "" {
+		sharedKey = *c.SharedKey
+	}
+	return pc, sharedKey, nil
 }
 
-func messageJSON(msg string) []byte {
-	b, _ := json.Marshal(struct {
-		Message string `json:"message"`
-	}{msg}) // a struct of one string always marshals
-	return b
+// concErr returns a policy error as the plugin's config error, which
+// wraps ErrInvalidConfig; other errors (a store that cannot be built) are
+// wrapped as they are.
+func concErr(err error) error {
+	if _, ok := field.Of(err); !ok {
+		return fmt.Errorf("kongplugin: sluice-concurrency: %w", err)
+	}
+	return &configError{"sluice-concurrency", appendErr(nil, "", err)}
 }
+
+// withoutNulls encodes v without its null members, so that Kong's unset
+// fields keep their defaults.
+func withoutNulls(v any) ([]byte, error) {
+	raw, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("kongplugin: encoding redis config: %w", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, fmt.Errorf("kongplugin: encoding redis config: %w", err)
+	}
+	for k, x := range m {
+		if x == nil {
+			delete(m, k)
+		}
+	}
+	return json.Marshal(m)
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // Access acquires a lease for the request's key. PDK round trips: the
 // identity (one for ip, one to three for consumer with its fallbacks, one
-// for the shared key plus the fallback), then one SetShared carrying the
-// lease to the log phase, or one Exit when the limit is reached.
+// for the shared key plus the fallback), then one SetHeaders and one
+// SetShared carrying the lease to the log phase, or one Exit when the
+// limit is reached.
 func (c *ConcurrencyConfig) Access(kong *pdk.PDK) {
 	cc, err := c.compiled()
 	if err != nil {
 		failConfig(kong, err)
 		return
 	}
-	key, err := c.key(kong, cc)
-	if err != nil {
+	var req policy.Request
+	if err := c.identify(kong, cc, &req); err != nil {
 		_ = kong.Log.Err("sluice-concurrency: reading identity: ", err.Error())
 		return
 	}
-	id := c.p.leaseID()
+	req.Now = c.p.now()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	l, err := cc.store.Acquire(ctx, ratelimit.LeaseRequest{Key: key, ID: id, Max: cc.max, TTL: cc.ttl, Now: c.p.now()})
+	res, err := cc.pol.Acquire(ctx, &req)
 	if err != nil {
 		// Fail open, as Kong's limiters do when their store is down.
 		_ = kong.Log.Err("sluice-concurrency: acquiring lease: ", err.Error())
 		return
 	}
-	if !l.Allowed {
-		h := map[string][]string{"Content-Type": {"application/json; charset=utf-8"}}
-		if !cc.hide {
-			h["X-Concurrency-Limit"] = []string{strconv.FormatInt(cc.max, 10)}
-			h["X-Concurrency-Remaining"] = []string{"0"}
-			h["Retry-After"] = []string{strconv.FormatInt(int64(math.Ceil(l.RetryAfter.Seconds())), 10)}
-		}
-		kong.Response.Exit(cc.status, cc.body, h)
+	h := make(map[string][]string, len(res.Headers))
+	for _, x := range res.Headers {
+		h[x.Name] = []string{x.Value}
+	}
+	if !res.Allowed {
+		kong.Response.Exit(res.Status, res.Body, h)
 		return
 	}
-	if err := kong.Ctx.SetShared(LeaseSharedKey, map[string]any{"key": key, "id": id}); err != nil {
+	if len(h) > 0 {
+		if err := kong.Response.SetHeaders(h); err != nil {
+			_ = kong.Log.Err("sluice-concurrency: setting headers: ", err.Error())
+		}
+	}
+	if err := kong.Ctx.SetShared(LeaseSharedKey, map[string]any{"key": res.Lease.Key, "id": res.Lease.ID}); err != nil {
 		// Without the shared entry the log phase cannot release: give the
 		// slot back now rather than hold it for the TTL.
 		_ = kong.Log.Err("sluice-concurrency: storing lease: ", err.Error())
-		_ = cc.store.Release(ctx, key, id)
+		_ = cc.pol.Release(ctx, res.Lease)
 	}
 }
 
@@ -318,50 +249,52 @@ func (c *ConcurrencyConfig) Log(kong *pdk.PDK) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := cc.store.Release(ctx, key, id); err != nil {
+	if err := cc.pol.Release(ctx, policy.Lease{Key: key, ID: id}); err != nil {
 		_ = kong.Log.Err("sluice-concurrency: releasing lease: ", err.Error())
 	}
 }
 
-// key reads the counted key, falling back to the forwarded IP.
-func (c *ConcurrencyConfig) key(kong *pdk.PDK, cc *concCompiled) (string, error) {
-	var v string
+// identify reads what the identifier needs into req, falling back to the
+// forwarded IP when the value is missing.
+func (c *ConcurrencyConfig) identify(kong *pdk.PDK, cc *concCompiled, req *policy.Request) error {
 	var err error
-	switch cc.ident {
+	switch id := deref(c.Identifier); id {
 	case "consumer":
 		cons, cerr := kong.Client.GetConsumer()
 		if err = cerr; err == nil {
-			v = cons.Id
-			if v == "" {
+			req.Consumer.ID = cons.Id
+			if cons.Id == "" {
 				cred, cerr := kong.Client.GetCredential()
-				v, err = cred.Id, cerr
+				req.CredentialID, err = cred.Id, cerr
 			}
 		}
 	case "credential":
 		cred, cerr := kong.Client.GetCredential()
-		v, err = cred.Id, cerr
+		req.CredentialID, err = cred.Id, cerr
 	case "service":
 		s, serr := kong.Router.GetService()
-		v, err = s.Id, serr
+		req.ServiceID, err = s.Id, serr
 	case "route":
 		r, rerr := kong.Router.GetRoute()
-		v, err = r.Id, rerr
+		req.RouteID, err = r.Id, rerr
 	case "header":
-		v, err = kong.Request.GetHeader(cc.headerName)
-	case "dimension":
+		var v string
+		v, err = kong.Request.GetHeader(deref(c.HeaderName))
+		req.Header = func(string) string { return v }
+	case "dimension", "shared":
 		var sv any
 		if sv, err = kong.Ctx.GetSharedAny(cc.sharedKey); err == nil {
 			var rec sharedRecord
 			rec, err = decodeShared(sv)
-			v = rec.Key
+			req.Dimension = rec.Key
 		}
 	}
 	if err != nil {
-		return "", err
+		return err
 	}
-	if v != "" {
-		return cc.ident + ":" + v, nil
+	if cc.pol.Key(req) != ratelimit.Key("ip", "") {
+		return nil // the identifier has a value: no IP needed
 	}
-	ip, err := kong.Client.GetForwardedIp()
-	return "ip:" + ip, err
+	req.ClientIP, err = kong.Client.GetForwardedIp()
+	return err
 }

@@ -251,7 +251,7 @@ func TestConcurrencyAcquireReleaseAndTTL(t *testing.T) {
 	for i := range 2 {
 		k := kongtest.New(t, req)
 		calls := k.Run(cfg.Access)
-		if want := []string{"kong.client.get_consumer", "kong.ctx.shared.set"}; !slices.Equal(calls, want) {
+		if want := []string{"kong.client.get_consumer", "kong.response.set_headers", "kong.ctx.shared.set"}; !slices.Equal(calls, want) {
 			t.Fatalf("request %d: PDK calls = %q, want %q", i, calls, want)
 		}
 		if k.Exit() != nil {
@@ -305,12 +305,12 @@ func TestConcurrencyUnauthenticatedFallsBackToIP(t *testing.T) {
 	cfg := instance[*ConcurrencyConfig](t, p.NewConcurrency, `{"limit": 1, "identifier": "consumer"}`)
 	k := kongtest.New(t, kongtest.Request{ForwardedIP: "10.1.1.1"})
 	calls := k.Run(cfg.Access)
-	want := []string{"kong.client.get_consumer", "kong.client.get_credential", "kong.client.get_forwarded_ip", "kong.ctx.shared.set"}
+	want := []string{"kong.client.get_consumer", "kong.client.get_credential", "kong.client.get_forwarded_ip", "kong.response.set_headers", "kong.ctx.shared.set"}
 	if !slices.Equal(calls, want) {
 		t.Fatalf("PDK calls = %q, want %q", calls, want)
 	}
 	m, _ := k.Shared()[LeaseSharedKey].(map[string]any)
-	if m["key"] != "ip:10.1.1.1" {
+	if m["key"] != ratelimit.Key("ip", "10.1.1.1") {
 		t.Errorf("lease = %v", m)
 	}
 	k2 := kongtest.New(t, kongtest.Request{ForwardedIP: "10.1.1.1", Credential: &client.AuthenticatedCredential{Id: "cred"}})
@@ -412,10 +412,10 @@ func TestConcurrencyByDimensionKey(t *testing.T) {
 	cfg := instance[*ConcurrencyConfig](t, p.NewConcurrency, `{"limit": 1, "identifier": "dimension"}`)
 	req := kongtest.Request{ForwardedIP: "10.0.0.1", Shared: map[string]any{DefaultSharedKey: map[string]any{"key": "tenant-a"}}}
 	k := kongtest.New(t, req)
-	if calls := k.Run(cfg.Access); !slices.Equal(calls, []string{"kong.ctx.shared.get", "kong.ctx.shared.set"}) {
+	if calls := k.Run(cfg.Access); !slices.Equal(calls, []string{"kong.ctx.shared.get", "kong.response.set_headers", "kong.ctx.shared.set"}) {
 		t.Fatalf("PDK calls = %q", calls)
 	}
-	if m, _ := k.Shared()[LeaseSharedKey].(map[string]any); m["key"] != "dimension:tenant-a" {
+	if m, _ := k.Shared()[LeaseSharedKey].(map[string]any); m["key"] != ratelimit.Key("dimension", "tenant-a") {
 		t.Errorf("lease = %v", m)
 	}
 	// Same IP, no key: counted by IP, apart from the tenant.

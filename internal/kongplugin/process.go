@@ -23,14 +23,12 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/Kong/go-pdk"
 
 	"github.com/seed-008287da/sluice/policy"
 	"github.com/seed-008287da/sluice/policy/field"
-	"github.com/seed-008287da/sluice/ratelimit"
 )
 
 // ErrInvalidConfig is wrapped by the error of a plugin config that fails
@@ -61,9 +59,6 @@ type Options struct {
 	// configs name for live quota overrides. Nil means
 	// ConfigSourceWatch(Logger).
 	WatchOverrides WatchFunc
-	// NewRedisLeaseStore builds the lease store of a sluice-concurrency
-	// namespace with strategy redis. Nil means RedisLeaseStore.
-	NewRedisLeaseStore func(namespace string, redis RedisConf) (ratelimit.LeaseStore, error)
 }
 
 // Process is the state one plugin server keeps across plugin instances. It
@@ -71,7 +66,6 @@ type Options struct {
 type Process struct {
 	now       func() time.Time
 	watch     WatchFunc
-	newRedis  func(namespace string, redis RedisConf) (ratelimit.LeaseStore, error)
 	log       *slog.Logger
 	registry  *policy.Registry
 	ownsReg   bool
@@ -81,22 +75,18 @@ type Process struct {
 	mu        sync.Mutex
 	closed    bool
 	overrides map[string]*overridesWatch
-	leases    map[string]*leaseStore
-
-	leasePrefix string
-	leaseSeq    atomic.Uint64
-	storeLog    storeLog
+	// concs are the compiled sluice-concurrency configs, closed with the
+	// Process.
+	concs    []*policy.Concurrency
+	storeLog storeLog
 }
 
 // NewProcess returns the state of one plugin server.
 func NewProcess(opts Options) *Process {
-	p := &Process{now: opts.Now, watch: opts.WatchOverrides, newRedis: opts.NewRedisLeaseStore, log: opts.Logger, registry: opts.Registry,
-		overrides: map[string]*overridesWatch{}, leases: map[string]*leaseStore{}, leasePrefix: randomPrefix()}
+	p := &Process{now: opts.Now, watch: opts.WatchOverrides, log: opts.Logger, registry: opts.Registry,
+		overrides: map[string]*overridesWatch{}}
 	if p.now == nil {
 		p.now = time.Now
-	}
-	if p.newRedis == nil {
-		p.newRedis = RedisLeaseStore
 	}
 	if p.log == nil {
 		p.log = slog.Default()
@@ -121,15 +111,15 @@ func (p *Process) Close() error {
 		return nil
 	}
 	p.closed = true
-	watches, leases := p.overrides, p.leases
-	p.overrides, p.leases = nil, nil
+	watches, concs := p.overrides, p.concs
+	p.overrides, p.concs = nil, nil
 	p.mu.Unlock()
 	var errs []error
 	for _, w := range watches {
 		w.stop()
 	}
-	for _, l := range leases {
-		if err := l.store.Close(); err != nil {
+	for _, c := range concs {
+		if err := c.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("kongplugin: closing lease store: %w", err))
 		}
 	}
