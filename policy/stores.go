@@ -147,26 +147,60 @@ func (r *Registry) newDefaultRedisStore(cfg RedisStoreConfig) (Store, error) {
 	}
 	fp := redisFingerprint(&cfg.Redis)
 	if _, ok := r.clients[fp]; !ok {
-		c, err := redisstore.Dial(r.redisConfig(&cfg.Redis))
-		if errors.Is(err, redisstore.ErrConfig) {
-			return nil, err
-		}
-		if err != nil {
-			if f := redisstore.Classify(err); f != nil && r.opts.Logger != nil {
-				r.opts.Logger.Error("policy: redis refuses the configuration, counting locally until it answers",
-					"namespace", cfg.Namespace, "reason", f.Reason, "setting", "config.redis."+f.Setting, "error", err)
-			} else if r.opts.Logger != nil {
-				r.opts.Logger.Warn("policy: redis unreachable, counting locally until it answers",
-					"namespace", cfg.Namespace, "error", err)
+		// The first dial may take the whole connect timeout (a Redis that
+		// accepts and never answers); the caller waits at most one call
+		// timeout for it, then counts locally while it goes on.
+		pending := make(chan dialResult, 1)
+		go func() {
+			c, err := redisstore.Dial(r.redisConfig(&cfg.Redis))
+			pending <- dialResult{c, err}
+		}()
+		t := time.NewTimer(r.callTimeout())
+		defer t.Stop()
+		var err error
+		select {
+		case d := <-pending:
+			if errors.Is(d.err, redisstore.ErrConfig) {
+				return nil, d.err
 			}
-			s := newDialingStore(r, cfg, fp)
-			s.health.set(true, err)
-			return s, nil
+			if d.err == nil {
+				r.clients[fp] = &redisClient{c: d.c}
+				return r.redisStoreLocked(cfg, fp)
+			}
+			err, pending = d.err, nil
+		case <-t.C:
+			err = fmt.Errorf("redis did not answer within %s", r.callTimeout())
 		}
-		r.clients[fp] = &redisClient{c: c}
+		if f := redisstore.Classify(err); f != nil && r.opts.Logger != nil {
+			r.opts.Logger.Error("policy: redis refuses the configuration, counting locally until it answers",
+				"namespace", cfg.Namespace, "reason", f.Reason, "setting", "config.redis."+f.Setting, "error", err)
+		} else if r.opts.Logger != nil {
+			r.opts.Logger.Warn("policy: redis unreachable, counting locally until it answers",
+				"namespace", cfg.Namespace, "error", err)
+		}
+		s := newDialingStore(r, cfg, fp, pending)
+		s.health.set(true, err)
+		return s, nil
 	}
 	return r.redisStoreLocked(cfg, fp)
 }
+
+// dialResult is the outcome of one redisstore.Dial.
+type dialResult struct {
+	c   *redisstore.Client
+	err error
+}
+
+// callTimeout is the bound of one call of the default Redis stores.
+func (r *Registry) callTimeout() time.Duration {
+	if r.opts.RedisTimeout > 0 {
+		return r.opts.RedisTimeout
+	}
+	return defaultRedisCallTimeout
+}
+
+// defaultRedisCallTimeout is redisstore's default Options.Timeout.
+const defaultRedisCallTimeout = 200 * time.Millisecond
 
 // redisStoreLocked builds a store over the registered client of fp.
 // Called with r.mu held.
@@ -239,16 +273,32 @@ type dialingStore struct {
 
 var _ Store = (*dialingStore)(nil)
 
-func newDialingStore(r *Registry, cfg RedisStoreConfig, fp string) *dialingStore {
+// newDialingStore starts the store; pending, when not nil, is a dial
+// still under way, whose result the store takes first.
+func newDialingStore(r *Registry, cfg RedisStoreConfig, fp string, pending <-chan dialResult) *dialingStore {
 	s := &dialingStore{r: r, cfg: cfg, fp: fp, local: memorystore.New(memorystore.Options{}),
 		stop: make(chan struct{}), done: make(chan struct{}), connected: make(chan struct{}),
 		health: &redisHealth{r: r, ns: cfg.Namespace}}
-	go s.loop()
+	go s.loop(pending)
 	return s
 }
 
-func (s *dialingStore) loop() {
+func (s *dialingStore) loop(pending <-chan dialResult) {
 	defer close(s.done)
+	if pending != nil {
+		select {
+		case <-s.stop:
+			// Close waits for the dial: it owns the client it may return.
+			if d := <-pending; d.c != nil {
+				d.c.Close()
+			}
+			return
+		case d := <-pending:
+			if d.err == nil && s.use(d.c) {
+				return
+			}
+		}
+	}
 	t := time.NewTicker(redialInterval)
 	defer t.Stop()
 	for {
@@ -270,6 +320,12 @@ func (s *dialingStore) connect() bool {
 	if err != nil {
 		return false
 	}
+	return s.use(c)
+}
+
+// use switches the store to Redis over c; it reports whether the store
+// now uses Redis (or should stop trying because the registry closed).
+func (s *dialingStore) use(c *redisstore.Client) bool {
 	s.r.mu.Lock()
 	defer s.r.mu.Unlock()
 	if s.r.closed {
