@@ -1,13 +1,15 @@
 package gateway
 
+import "github.com/seed-008287da/sluice/policy"
+
 // Kong plugin priorities (PRIORITY in each handler) for the plugins sluice
 // implements. Higher runs first.
 const (
 	PriorityKeyAuth            = 1250
-	PriorityDimensions         = 915 // before the rate limiters it feeds
-	PriorityRateLimitingAdv    = 910
-	PriorityRateLimiting       = 910
-	PriorityConcurrency        = 905
+	PriorityDimensions         = policy.PriorityDimensions
+	PriorityRateLimitingAdv    = policy.PriorityRateLimiting
+	PriorityRateLimiting       = policy.PriorityRateLimiting
+	PriorityConcurrency        = policy.PriorityConcurrency
 	PriorityRequestTermination = 2
 )
 

@@ -15,7 +15,7 @@ import (
 
 // ConcurrencyPriority runs sluice-concurrency right after the rate limiters
 // (910): a request that is over its rate never takes a connection slot.
-const ConcurrencyPriority = 905
+const ConcurrencyPriority = policy.PriorityConcurrency
 
 // LeaseSharedKey is the kong.ctx.shared entry that carries a granted lease
 // from the access phase to the log phase of the same request:

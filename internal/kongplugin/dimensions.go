@@ -5,6 +5,7 @@ import (
 
 	"github.com/Kong/go-pdk"
 
+	"github.com/seed-008287da/sluice/policy"
 	"github.com/seed-008287da/sluice/policy/dimensions"
 	"github.com/seed-008287da/sluice/policy/field"
 )
@@ -13,7 +14,7 @@ import (
 // plugins (key-auth 1250, basic-auth 1100, ...) and ACL (950), so the
 // consumer is known, and before the rate limiters (910); the sluice
 // gateway uses the same value.
-const DimensionsPriority = 915
+const DimensionsPriority = policy.PriorityDimensions
 
 // DimensionsConfig is the config of the sluice-dimensions business plugin:
 // the dimensions config of package policy/dimensions (docs/business-layer.md)

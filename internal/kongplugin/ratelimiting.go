@@ -15,7 +15,7 @@ import (
 
 // RateLimitingPriority is Kong's priority of rate-limiting-advanced and
 // rate-limiting: after authentication, before the proxied request.
-const RateLimitingPriority = 910
+const RateLimitingPriority = policy.PriorityRateLimiting
 
 // SluiceConf is the optional "sluice" record of policy.Extensions.
 type SluiceConf struct {
