@@ -470,6 +470,10 @@ func TestJournalPartialLossMeansFullRead(t *testing.T) {
 
 // periodic returns the options of a node in periodic mode (sync_rate 0.1)
 // whose cycles the test runs, on the caller's clock.
+// periodic is the options of a store whose cycles the test drives. The
+// call deadline is generous: on a loaded machine a cycle that met the
+// default 200 ms deadline would fail and force a full read next, and the
+// tests count the reads.
 func periodic(ns string) Options {
-	return Options{Namespace: ns, CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond}
+	return Options{Namespace: ns, CallerClock: true, ManualSync: true, SyncRate: 100 * time.Millisecond, Timeout: 10 * time.Second}
 }
