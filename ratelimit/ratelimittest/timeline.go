@@ -158,22 +158,7 @@ func stepRequest(tl *Timeline, st *Step) ratelimit.Request {
 func play(s ratelimit.Store, tl Timeline) error {
 	ctx := context.Background()
 	for i, st := range tl.Steps {
-		r := ratelimit.Request{
-			Key:     tl.Key,
-			Limits:  tl.Limits,
-			Cost:    st.Cost,
-			Now:     At(st.At),
-			Penalty: tl.Penalty,
-		}
-		if r.Key == "" {
-			r.Key = "k"
-		}
-		if st.Key != "" {
-			r.Key = st.Key
-		}
-		if st.Limits != nil {
-			r.Limits = st.Limits
-		}
+		r := stepRequest(&tl, &st)
 		d, err := s.Take(ctx, r)
 		if err != nil {
 			return fmt.Errorf("step %d (t0+%s, key %q): Take: %w", i, st.At, r.Key, err)

@@ -217,6 +217,24 @@ func (o *obj) raw(name string) json.RawMessage {
 // each infinity or NaN (YAML's .inf and .nan) at its path.
 func (o *obj) finite(v any, path string) bool {
 	ok := true
+	walkLeaves(v, path, func(path string, leaf any) {
+		f, isFloat := leaf.(float64)
+		switch {
+		case !isFloat:
+		case math.IsNaN(f):
+			o.errs.add(path, "expected a number, got .nan (not a number)")
+			ok = false
+		case math.IsInf(f, 0):
+			o.errs.add(path, "expected a number, got an infinity")
+			ok = false
+		}
+	})
+	return ok
+}
+
+// walkLeaves calls leaf with the path and value of every scalar in v, map
+// keys in sorted order.
+func walkLeaves(v any, path string, leaf func(path string, v any)) {
 	switch t := v.(type) {
 	case map[string]any:
 		keys := make([]string, 0, len(t))
@@ -225,23 +243,15 @@ func (o *obj) finite(v any, path string) bool {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			ok = o.finite(t[k], join(path, k)) && ok
+			walkLeaves(t[k], join(path, k), leaf)
 		}
 	case []any:
 		for i, x := range t {
-			ok = o.finite(x, index(path, i)) && ok
+			walkLeaves(x, index(path, i), leaf)
 		}
-	case float64:
-		switch {
-		case math.IsNaN(t):
-			o.errs.add(path, "expected a number, got .nan (not a number)")
-			return false
-		case math.IsInf(t, 0):
-			o.errs.add(path, "expected a number, got an infinity")
-			return false
-		}
+	default:
+		leaf(path, v)
 	}
-	return ok
 }
 
 // normalize turns YAML's generic values into ones encoding/json accepts

@@ -40,7 +40,7 @@ func Decode(data []byte) (*Config, Errors) {
 	}
 	cfg := p.parse(root)
 	refs := Errors{}
-	unresolvedRefs(tree, "", &refs)
+	unresolvedRefs(tree, &refs)
 	return cfg, append(p.errs.list, refs...)
 }
 
