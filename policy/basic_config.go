@@ -210,6 +210,7 @@ func parseBasicRedis(f *fields, r *BasicRedisConfig) {
 		r.CloudAuthentication = nil
 	}
 	f.done()
+	checkCloudAuthUser(f, r.CloudAuthentication, r.Username)
 }
 
 func validateBasic(d *decoder, c *BasicConfig) {

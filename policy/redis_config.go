@@ -75,9 +75,10 @@ func fromClusterNodes(ns []ClusterNode) []HostPort {
 	return out
 }
 
-// CloudAuth is Kong's cloud_authentication record (3.13+). sluice parses
-// and validates it but does not implement cloud IAM authentication; see
-// docs/kong-compatibility.md.
+// CloudAuth is Kong's cloud_authentication record (3.13+): the Redis
+// password becomes a short-lived token for the user in username. sluice
+// implements auth_provider "aws" (ElastiCache IAM); "azure" and "gcp" are
+// config errors. See docs/redis.md.
 type CloudAuth struct {
 	AuthProvider          *string `json:"auth_provider"`
 	AWSCacheName          *string `json:"aws_cache_name"`
@@ -153,6 +154,7 @@ func parseRedis(f *fields, r *RedisConfig) {
 		r.CloudAuthentication = nil
 	}
 	f.done()
+	checkCloudAuthUser(f, r.CloudAuthentication, r.Username)
 
 	// Record checks, with Kong's generic messages.
 	if (r.Host == nil) != (r.Port == nil) {
@@ -272,7 +274,29 @@ func parseCloudAuth(f *fields) *CloudAuth {
 	f.optString("azure_tenant_id", &c.AzureTenantID)
 	f.secret("gcp_service_account_json", &c.GCPServiceAccountJSON)
 	f.done()
+	switch deref(c.AuthProvider) {
+	case "aws":
+		if c.AWSCacheName == nil {
+			f.d.fail(f.at("aws_cache_name"), "required field missing (with auth_provider 'aws')")
+		}
+		if c.AWSRegion == nil {
+			f.d.fail(f.at("aws_region"), "required field missing (with auth_provider 'aws')")
+		}
+		if (c.AWSAccessKeyID == nil) != (c.AWSSecretAccessKey == nil) {
+			f.d.fail(f.path, "all or none of these fields must be set: 'aws_access_key_id', 'aws_secret_access_key'")
+		}
+	case "azure", "gcp":
+		f.d.fail(f.at("auth_provider"), "'"+*c.AuthProvider+"' is not supported by sluice (only 'aws' is)")
+	}
 	return c
+}
+
+// checkCloudAuthUser reports a missing username: a cloud token is issued
+// for a named user.
+func checkCloudAuthUser(f *fields, c *CloudAuth, username *string) {
+	if c != nil && deref(c.AuthProvider) == "aws" && username == nil {
+		f.d.fail(f.at("username"), "required field missing (with cloud_authentication.auth_provider 'aws')")
+	}
 }
 
 // secret reads a string field Kong marks referenceable. A value that is

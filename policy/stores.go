@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -142,9 +141,6 @@ func (r *Registry) namespaceHealth(ns string, degraded bool, err error) {
 // down, and a goroutine owned by the store dials again every second until
 // it connects (see dialingStore).
 func (r *Registry) newDefaultRedisStore(cfg RedisStoreConfig) (Store, error) {
-	if cfg.Redis.CloudAuthentication != nil && cfg.Redis.CloudAuthentication.AuthProvider != nil {
-		return nil, fmt.Errorf("%w: redis cloud_authentication is not supported", ErrStrategyUnavailable)
-	}
 	fp := redisFingerprint(&cfg.Redis)
 	if _, ok := r.clients[fp]; !ok {
 		// The first dial may take the whole connect timeout (a Redis that
@@ -390,6 +386,24 @@ func (s *dialingStore) Close() error {
 	return err
 }
 
+// redisstore maps a cloud_authentication record onto the store's; nil
+// or a null auth_provider means none.
+func (c *CloudAuth) redisstore() *redisstore.CloudAuth {
+	if c == nil || c.AuthProvider == nil {
+		return nil
+	}
+	return &redisstore.CloudAuth{
+		Provider:           *c.AuthProvider,
+		AWSCacheName:       deref(c.AWSCacheName),
+		AWSRegion:          deref(c.AWSRegion),
+		AWSServerless:      c.AWSIsServerless,
+		AWSAccessKeyID:     deref(c.AWSAccessKeyID),
+		AWSSecretAccessKey: deref(c.AWSSecretAccessKey),
+		AWSAssumeRoleARN:   deref(c.AWSAssumeRoleARN),
+		AWSRoleSessionName: deref(c.AWSRoleSessionName),
+	}
+}
+
 // redisstoreConfig maps Kong's Redis record onto the store's config.
 func redisstoreConfig(c *RedisConfig) redisstore.Config {
 	ms := func(p *int64) time.Duration {
@@ -425,5 +439,6 @@ func redisstoreConfig(c *RedisConfig) redisstore.Config {
 	for _, n := range c.ClusterNodes {
 		rc.ClusterNodes = append(rc.ClusterNodes, redisstore.Addr{Host: n.IP, Port: int(n.Port)})
 	}
+	rc.CloudAuth = c.CloudAuthentication.redisstore()
 	return rc
 }

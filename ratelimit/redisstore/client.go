@@ -96,6 +96,10 @@ type Config struct {
 	// ClusterMaxRedirections caps the MOVED/ASK redirections of one
 	// command; zero means 5 (Kong's default).
 	ClusterMaxRedirections int
+
+	// CloudAuth, when set, authenticates with short-lived cloud tokens
+	// instead of Password; see CloudAuth.
+	CloudAuth *CloudAuth
 }
 
 // ErrConfig wraps every error about an unusable Config.
@@ -153,6 +157,14 @@ func clientOption(cfg Config) (rueidis.ClientOption, bool, error) {
 	}
 	if cfg.Database < 0 {
 		return opt, false, fmt.Errorf("%w: database must not be negative, got %d", ErrConfig, cfg.Database)
+	}
+	if cfg.CloudAuth != nil {
+		ts, err := newTokenSource(cfg.CloudAuth, cfg.Username)
+		if err != nil {
+			return opt, false, err
+		}
+		opt.Username, opt.Password = "", ""
+		opt.AuthCredentialsFn = ts.authFn(cfg.Username)
 	}
 	if cfg.SSL {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}

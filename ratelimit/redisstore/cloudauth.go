@@ -1,0 +1,208 @@
+package redisstore
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
+	"github.com/aws/aws-sdk-go-v2/service/sts"
+	"github.com/redis/rueidis"
+)
+
+// CloudAuth authenticates with a managed Redis that takes short-lived
+// tokens as passwords (Kong's redis.cloud_authentication). The token
+// replaces Config.Password; Config.Username is the user it is issued for.
+// Only the AWS provider is implemented.
+type CloudAuth struct {
+	// Provider is "aws" (ElastiCache IAM authentication).
+	Provider string
+
+	// AWSCacheName is the cache (replication group or serverless cache)
+	// the token is for, and AWSRegion its region. AWSServerless marks a
+	// serverless cache.
+	AWSCacheName  string
+	AWSRegion     string
+	AWSServerless bool
+	// AWSAccessKeyID and AWSSecretAccessKey sign the token; empty means
+	// the SDK's default credential chain (environment, shared config,
+	// instance or task role).
+	AWSAccessKeyID     string
+	AWSSecretAccessKey string
+	// AWSAssumeRoleARN, when set, signs with that role's credentials,
+	// obtained from STS with the credentials above; AWSRoleSessionName
+	// names the session ("" means "sluice").
+	AWSAssumeRoleARN   string
+	AWSRoleSessionName string
+
+	// Now is the clock tokens are signed and refreshed by; nil means
+	// time.Now.
+	Now func() time.Time
+}
+
+// AWS ElastiCache IAM tokens are valid for 15 minutes. A token is reused
+// for awsTokenReuse, so a connection is authenticated (or
+// re-authenticated) with at least 5 minutes of validity left.
+const (
+	awsTokenLifetime = 15 * time.Minute
+	awsTokenReuse    = 10 * time.Minute
+	// tokenFetchTimeout bounds fetching credentials for one token.
+	tokenFetchTimeout = 10 * time.Second
+)
+
+// tokenSource caches one token and fetches a new one when it is due.
+// It is safe for concurrent use.
+type tokenSource struct {
+	now   func() time.Time
+	fetch func(ctx context.Context, now time.Time) (string, error)
+	reuse time.Duration
+
+	mu     sync.Mutex
+	token  string
+	issued time.Time
+}
+
+// token returns the cached token, or a new one once it is reuse old, and
+// the time the token is due for refresh.
+func (s *tokenSource) get(ctx context.Context) (string, time.Time, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	if s.token == "" || !now.Before(s.issued.Add(s.reuse)) {
+		tok, err := s.fetch(ctx, now)
+		if err != nil {
+			return "", time.Time{}, err
+		}
+		s.token, s.issued = tok, now
+	}
+	return s.token, s.issued.Add(s.reuse), nil
+}
+
+// authFn returns the rueidis credentials function of a token source: each
+// new connection authenticates with the current token, and rueidis sends
+// AUTH again on every live connection when the token is due for refresh.
+func (s *tokenSource) authFn(username string) func(rueidis.AuthCredentialsContext) (rueidis.AuthCredentials, error) {
+	return func(rueidis.AuthCredentialsContext) (rueidis.AuthCredentials, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), tokenFetchTimeout)
+		defer cancel()
+		tok, due, err := s.get(ctx)
+		if err != nil {
+			return rueidis.AuthCredentials{}, err
+		}
+		// rueidis schedules the refresh on the wall clock; the token's
+		// age is measured on s.now.
+		return rueidis.AuthCredentials{
+			Username:     username,
+			Password:     tok,
+			RefreshAfter: time.Now().Add(max(due.Sub(s.now()), time.Second)),
+		}, nil
+	}
+}
+
+// newTokenSource validates ca and returns its token source.
+func newTokenSource(ca *CloudAuth, username string) (*tokenSource, error) {
+	now := ca.Now
+	if now == nil {
+		now = time.Now
+	}
+	switch ca.Provider {
+	case "aws":
+		fetch, err := awsTokenFetcher(ca, username)
+		if err != nil {
+			return nil, err
+		}
+		return &tokenSource{now: now, fetch: fetch, reuse: awsTokenReuse}, nil
+	case "":
+		return nil, fmt.Errorf("%w: cloud_authentication.auth_provider is required", ErrConfig)
+	default:
+		return nil, fmt.Errorf("%w: cloud_authentication.auth_provider %q is not supported (only aws is)", ErrConfig, ca.Provider)
+	}
+}
+
+func awsTokenFetcher(ca *CloudAuth, username string) (func(context.Context, time.Time) (string, error), error) {
+	switch {
+	case ca.AWSCacheName == "":
+		return nil, fmt.Errorf("%w: cloud_authentication.aws_cache_name is required with auth_provider aws", ErrConfig)
+	case ca.AWSRegion == "":
+		return nil, fmt.Errorf("%w: cloud_authentication.aws_region is required with auth_provider aws", ErrConfig)
+	case username == "":
+		return nil, fmt.Errorf("%w: username is required with auth_provider aws (the ElastiCache IAM user)", ErrConfig)
+	case (ca.AWSAccessKeyID == "") != (ca.AWSSecretAccessKey == ""):
+		return nil, fmt.Errorf("%w: cloud_authentication.aws_access_key_id and aws_secret_access_key must be set together", ErrConfig)
+	}
+	var (
+		creds   aws.CredentialsProvider
+		loadErr error
+		once    sync.Once
+	)
+	if ca.AWSAccessKeyID != "" {
+		creds = credentials.NewStaticCredentialsProvider(ca.AWSAccessKeyID, ca.AWSSecretAccessKey, "")
+	}
+	// The default chain and STS are set up on first use, so building a
+	// store never waits on the network.
+	provider := func(ctx context.Context) (aws.CredentialsProvider, error) {
+		once.Do(func() {
+			if creds == nil {
+				cfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(ca.AWSRegion))
+				if err != nil {
+					loadErr = fmt.Errorf("redisstore: loading AWS credentials: %w", err)
+					return
+				}
+				creds = cfg.Credentials
+			}
+			if ca.AWSAssumeRoleARN != "" {
+				name := ca.AWSRoleSessionName
+				if name == "" {
+					name = "sluice"
+				}
+				client := sts.New(sts.Options{Region: ca.AWSRegion, Credentials: creds})
+				creds = aws.NewCredentialsCache(stscreds.NewAssumeRoleProvider(client, ca.AWSAssumeRoleARN,
+					func(o *stscreds.AssumeRoleOptions) { o.RoleSessionName = name }))
+			}
+		})
+		return creds, loadErr
+	}
+	signer := v4.NewSigner()
+	return func(ctx context.Context, now time.Time) (string, error) {
+		p, err := provider(ctx)
+		if err != nil {
+			return "", err
+		}
+		c, err := p.Retrieve(ctx)
+		if err != nil {
+			return "", fmt.Errorf("redisstore: retrieving AWS credentials: %w", err)
+		}
+		return awsIAMToken(ctx, signer, c, ca.AWSCacheName, ca.AWSRegion, username, ca.AWSServerless, now)
+	}, nil
+}
+
+// emptySHA256 is the hex SHA-256 of an empty payload.
+const emptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+// awsIAMToken returns an ElastiCache IAM authentication token: a GET
+// "connect" request for user on cache, presigned with SigV4 for service
+// elasticache, valid for 15 minutes from now, without its scheme.
+func awsIAMToken(ctx context.Context, signer *v4.Signer, c aws.Credentials, cache, region, user string, serverless bool, now time.Time) (string, error) {
+	q := url.Values{"Action": {"connect"}, "User": {user}}
+	if serverless {
+		q.Set("ResourceType", "ServerlessCache")
+	}
+	q.Set("X-Amz-Expires", fmt.Sprint(int(awsTokenLifetime/time.Second)))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, (&url.URL{Scheme: "http", Host: cache, Path: "/", RawQuery: q.Encode()}).String(), nil)
+	if err != nil {
+		return "", fmt.Errorf("%w: cloud_authentication.aws_cache_name %q: %v", ErrConfig, cache, err)
+	}
+	signed, _, err := signer.PresignHTTP(ctx, c, req, emptySHA256, "elasticache", region, now.UTC())
+	if err != nil {
+		return "", fmt.Errorf("redisstore: signing the ElastiCache IAM token: %w", err)
+	}
+	return strings.TrimPrefix(signed, "http://"), nil
+}

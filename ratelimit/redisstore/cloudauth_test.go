@@ -1,0 +1,190 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/seed-008287da/sluice/internal/testservers"
+)
+
+// fakeClock is a clock a test moves by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func awsTestAuth(clock *fakeClock) *CloudAuth {
+	return &CloudAuth{
+		Provider: "aws", AWSCacheName: "my-cache", AWSRegion: "eu-west-1", AWSServerless: true,
+		AWSAccessKeyID: "AKIDEXAMPLE", AWSSecretAccessKey: "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+		Now: clock.Now,
+	}
+}
+
+func TestAWSIAMToken(t *testing.T) {
+	clock := &fakeClock{t: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}
+	ts, err := newTokenSource(awsTestAuth(clock), "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tok, due, err := ts.get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(tok, "://") || !strings.HasPrefix(tok, "my-cache/?") {
+		t.Fatalf("token %q: want my-cache/?... without a scheme", tok)
+	}
+	q, err := url.ParseQuery(strings.TrimPrefix(tok, "my-cache/?"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string]string{
+		"Action":              "connect",
+		"User":                "alice",
+		"ResourceType":        "ServerlessCache",
+		"X-Amz-Algorithm":     "AWS4-HMAC-SHA256",
+		"X-Amz-Credential":    "AKIDEXAMPLE/20260304/eu-west-1/elasticache/aws4_request",
+		"X-Amz-Date":          "20260304T050607Z",
+		"X-Amz-Expires":       "900",
+		"X-Amz-SignedHeaders": "host",
+	} {
+		if got := q.Get(k); got != want {
+			t.Errorf("%s = %q, want %q", k, got, want)
+		}
+	}
+	if len(q.Get("X-Amz-Signature")) != 64 {
+		t.Errorf("X-Amz-Signature = %q, want 64 hex digits", q.Get("X-Amz-Signature"))
+	}
+	if want := clock.Now().Add(10 * time.Minute); !due.Equal(want) {
+		t.Errorf("refresh due %v, want %v", due, want)
+	}
+
+	// Reused until it is due, then signed again.
+	clock.Add(10*time.Minute - time.Nanosecond)
+	if again, _, _ := ts.get(ctx); again != tok {
+		t.Errorf("token changed before it was due")
+	}
+	clock.Add(time.Nanosecond)
+	next, _, _ := ts.get(ctx)
+	if next == tok || !strings.Contains(next, "X-Amz-Date=20260304T051607Z") {
+		t.Errorf("token after 10 minutes = %q, want one signed at 05:16:07", next)
+	}
+
+	// Live connections are sent AUTH again when the token is due: rueidis
+	// schedules it on the wall clock, so RefreshAfter is the token's
+	// remaining reuse time from the wall clock's now.
+	clock.Add(3 * time.Minute)
+	before := time.Now()
+	cred, err := ts.authFn("alice")(rueidis.AuthCredentialsContext{})
+	after := time.Now()
+	if err != nil || cred.Username != "alice" || cred.Password != next {
+		t.Fatalf("credentials = %+v, %v; want alice and the current token", cred, err)
+	}
+	if cred.RefreshAfter.Before(before.Add(7*time.Minute)) || cred.RefreshAfter.After(after.Add(7*time.Minute)) {
+		t.Errorf("RefreshAfter is %v from now, want 7m", cred.RefreshAfter.Sub(before))
+	}
+
+	// Not serverless: no ResourceType.
+	ca := awsTestAuth(clock)
+	ca.AWSServerless = false
+	ts, _ = newTokenSource(ca, "alice")
+	if tok, _, _ := ts.get(ctx); strings.Contains(tok, "ResourceType") {
+		t.Errorf("token for a node-based cache has a ResourceType: %q", tok)
+	}
+}
+
+func TestCloudAuthConfig(t *testing.T) {
+	clock := &fakeClock{t: time.Unix(0, 0)}
+	for _, tc := range []struct {
+		name  string
+		edit  func(*CloudAuth)
+		user  string
+		field string
+	}{
+		{"azure", func(c *CloudAuth) { c.Provider = "azure" }, "alice", `auth_provider "azure" is not supported`},
+		{"gcp", func(c *CloudAuth) { c.Provider = "gcp" }, "alice", `auth_provider "gcp" is not supported`},
+		{"no provider", func(c *CloudAuth) { c.Provider = "" }, "alice", "auth_provider is required"},
+		{"no cache", func(c *CloudAuth) { c.AWSCacheName = "" }, "alice", "aws_cache_name is required"},
+		{"no region", func(c *CloudAuth) { c.AWSRegion = "" }, "alice", "aws_region is required"},
+		{"no user", func(*CloudAuth) {}, "", "username is required"},
+		{"half a key", func(c *CloudAuth) { c.AWSSecretAccessKey = "" }, "alice", "aws_access_key_id and aws_secret_access_key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ca := awsTestAuth(clock)
+			tc.edit(ca)
+			_, err := Dial(Config{Username: tc.user, CloudAuth: ca})
+			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.field) {
+				t.Fatalf("Dial = %v, want ErrConfig naming %q", err, tc.field)
+			}
+		})
+	}
+}
+
+// TestAWSIAMAuth connects to a local redis-server whose ACL user's password
+// is the token the provider signs, then rotates the password to the token
+// due after the refresh and checks that new connections use it.
+func TestAWSIAMAuth(t *testing.T) {
+	srv := testservers.Redis(t, testservers.RedisOptions{})
+	clock := &fakeClock{t: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}
+	ca := awsTestAuth(clock)
+	expected, err := newTokenSource(ca, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	tok1, _, err := expected.get(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Do(t, "ACL", "SETUSER", "alice", "on", "resetpass", ">"+tok1, "~*", "&*", "+@all")
+
+	c := dial(t, Config{Host: srv.Host(), Port: srv.Port(), Username: "alice", CloudAuth: ca})
+	whoami := func() (string, error) {
+		return c.rc.Do(ctx, c.rc.B().AclWhoami().Build()).ToString()
+	}
+	if u, err := whoami(); err != nil || u != "alice" {
+		t.Fatalf("ACL WHOAMI = %q, %v; want alice", u, err)
+	}
+
+	// Ten minutes on, the token is signed again; only the new one works.
+	clock.Add(10 * time.Minute)
+	tok2, _, err := expected.get(ctx)
+	if err != nil || tok2 == tok1 {
+		t.Fatalf("refreshed token: %v (same as before: %v)", err, tok2 == tok1)
+	}
+	srv.Do(t, "ACL", "SETUSER", "alice", "resetpass", ">"+tok2)
+	if n, _ := srv.Do(t, "CLIENT", "KILL", "USER", "alice").(int64); n == 0 {
+		t.Fatal("CLIENT KILL USER alice killed no connection")
+	}
+	// The first command may meet the killed connection; the client then
+	// reconnects, authenticating with the refreshed token.
+	var u string
+	for range 3 {
+		if u, err = whoami(); err == nil {
+			break
+		}
+	}
+	if err != nil || u != "alice" {
+		t.Fatalf("after the rotation: ACL WHOAMI = %q, %v; want alice", u, err)
+	}
+}
