@@ -32,6 +32,15 @@ func TestCloudAuthMapping(t *testing.T) {
 		t.Errorf("basic plugin CloudAuth = %+v, want cache c, serverless (Kong's default)", ca)
 	}
 
+	g, err := ParseAdvanced([]byte(`{"limit":[1],"window_size":[60],"strategy":"redis","sync_rate":0,"redis":{"host":"cache.example","port":6379,
+		"cloud_authentication":{"auth_provider":"gcp","gcp_service_account_json":"{\"type\":\"service_account\"}"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ca := redisstoreConfig(&g.Redis).CloudAuth; ca == nil || ca.Provider != "gcp" || ca.GCPServiceAccountJSON != `{"type":"service_account"}` {
+		t.Errorf("gcp CloudAuth = %+v", ca)
+	}
+
 	n, err := ParseAdvanced([]byte(`{"limit":[1],"window_size":[60],"redis":{"cloud_authentication":{}}}`))
 	if err != nil {
 		t.Fatal(err)

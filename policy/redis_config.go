@@ -77,8 +77,8 @@ func fromClusterNodes(ns []ClusterNode) []HostPort {
 
 // CloudAuth is Kong's cloud_authentication record (3.13+): the Redis
 // password becomes a short-lived token for the user in username. sluice
-// implements auth_provider "aws" (ElastiCache IAM); "azure" and "gcp" are
-// config errors. See docs/redis.md.
+// implements auth_provider "aws" (ElastiCache IAM) and "gcp" (Memorystore);
+// "azure" is a config error. See docs/redis.md.
 type CloudAuth struct {
 	AuthProvider          *string `json:"auth_provider"`
 	AWSCacheName          *string `json:"aws_cache_name"`
@@ -285,8 +285,12 @@ func parseCloudAuth(f *fields) *CloudAuth {
 		if (c.AWSAccessKeyID == nil) != (c.AWSSecretAccessKey == nil) {
 			f.d.fail(f.path, "all or none of these fields must be set: 'aws_access_key_id', 'aws_secret_access_key'")
 		}
-	case "azure", "gcp":
-		f.d.fail(f.at("auth_provider"), "'"+*c.AuthProvider+"' is not supported by sluice (only 'aws' is)")
+	case "gcp":
+		if c.GCPServiceAccountJSON == nil {
+			f.d.fail(f.at("gcp_service_account_json"), "required field missing (with auth_provider 'gcp')")
+		}
+	case "azure":
+		f.d.fail(f.at("auth_provider"), "'azure' is not supported by sluice (only 'aws' and 'gcp' are)")
 	}
 	return c
 }

@@ -401,6 +401,8 @@ func (c *CloudAuth) redisstore() *redisstore.CloudAuth {
 		AWSSecretAccessKey: deref(c.AWSSecretAccessKey),
 		AWSAssumeRoleARN:   deref(c.AWSAssumeRoleARN),
 		AWSRoleSessionName: deref(c.AWSRoleSessionName),
+
+		GCPServiceAccountJSON: deref(c.GCPServiceAccountJSON),
 	}
 }
 

@@ -16,14 +16,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 	"github.com/redis/rueidis"
+	"golang.org/x/oauth2/google"
 )
 
 // CloudAuth authenticates with a managed Redis that takes short-lived
 // tokens as passwords (Kong's redis.cloud_authentication). The token
 // replaces Config.Password; Config.Username is the user it is issued for.
-// Only the AWS provider is implemented.
+// The AWS and Google providers are implemented; Azure is not.
 type CloudAuth struct {
-	// Provider is "aws" (ElastiCache IAM authentication).
+	// Provider is "aws" (ElastiCache IAM authentication) or "gcp"
+	// (Memorystore IAM authentication).
 	Provider string
 
 	// AWSCacheName is the cache (replication group or serverless cache)
@@ -43,17 +45,19 @@ type CloudAuth struct {
 	AWSAssumeRoleARN   string
 	AWSRoleSessionName string
 
+	// GCPServiceAccountJSON is a service-account key file; its access
+	// tokens (scope cloud-platform, from the file's token_uri) are the
+	// passwords.
+	GCPServiceAccountJSON string
+
 	// Now is the clock tokens are signed and refreshed by; nil means
 	// time.Now.
 	Now func() time.Time
 }
 
-// AWS ElastiCache IAM tokens are valid for 15 minutes. A token is reused
-// for awsTokenReuse, so a connection is authenticated (or
-// re-authenticated) with at least 5 minutes of validity left.
 const (
+	// awsTokenLifetime is the validity of an ElastiCache IAM token.
 	awsTokenLifetime = 15 * time.Minute
-	awsTokenReuse    = 10 * time.Minute
 	// tokenFetchTimeout bounds fetching credentials for one token.
 	tokenFetchTimeout = 10 * time.Second
 )
@@ -61,29 +65,41 @@ const (
 // tokenSource caches one token and fetches a new one when it is due.
 // It is safe for concurrent use.
 type tokenSource struct {
-	now   func() time.Time
-	fetch func(ctx context.Context, now time.Time) (string, error)
-	reuse time.Duration
+	now func() time.Time
+	// fetch returns a new token and how long it is valid.
+	fetch func(ctx context.Context, now time.Time) (string, time.Duration, error)
 
-	mu     sync.Mutex
-	token  string
-	issued time.Time
+	mu    sync.Mutex
+	token string
+	due   time.Time
 }
 
-// token returns the cached token, or a new one once it is reuse old, and
-// the time the token is due for refresh.
+// reuseFor is how long a token valid for d is used: until 5 minutes of
+// validity are left, or half its life for a short-lived one.
+func reuseFor(d time.Duration) time.Duration {
+	if d >= 2*tokenMargin {
+		return d - tokenMargin
+	}
+	return d / 2
+}
+
+// tokenMargin is the validity a token has left when it is replaced.
+const tokenMargin = 5 * time.Minute
+
+// get returns the cached token, or a new one once the cached one is due,
+// and the time the token is due for refresh.
 func (s *tokenSource) get(ctx context.Context) (string, time.Time, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
-	if s.token == "" || !now.Before(s.issued.Add(s.reuse)) {
-		tok, err := s.fetch(ctx, now)
+	if s.token == "" || !now.Before(s.due) {
+		tok, valid, err := s.fetch(ctx, now)
 		if err != nil {
 			return "", time.Time{}, err
 		}
-		s.token, s.issued = tok, now
+		s.token, s.due = tok, now.Add(reuseFor(valid))
 	}
-	return s.token, s.issued.Add(s.reuse), nil
+	return s.token, s.due, nil
 }
 
 // authFn returns the rueidis credentials function of a token source: each
@@ -119,15 +135,21 @@ func newTokenSource(ca *CloudAuth, username string) (*tokenSource, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &tokenSource{now: now, fetch: fetch, reuse: awsTokenReuse}, nil
+		return &tokenSource{now: now, fetch: fetch}, nil
+	case "gcp":
+		fetch, err := gcpTokenFetcher(ca)
+		if err != nil {
+			return nil, err
+		}
+		return &tokenSource{now: now, fetch: fetch}, nil
 	case "":
 		return nil, fmt.Errorf("%w: cloud_authentication.auth_provider is required", ErrConfig)
 	default:
-		return nil, fmt.Errorf("%w: cloud_authentication.auth_provider %q is not supported (only aws is)", ErrConfig, ca.Provider)
+		return nil, fmt.Errorf("%w: cloud_authentication.auth_provider %q is not supported (only aws and gcp are)", ErrConfig, ca.Provider)
 	}
 }
 
-func awsTokenFetcher(ca *CloudAuth, username string) (func(context.Context, time.Time) (string, error), error) {
+func awsTokenFetcher(ca *CloudAuth, username string) (func(context.Context, time.Time) (string, time.Duration, error), error) {
 	switch {
 	case ca.AWSCacheName == "":
 		return nil, fmt.Errorf("%w: cloud_authentication.aws_cache_name is required with auth_provider aws", ErrConfig)
@@ -171,16 +193,17 @@ func awsTokenFetcher(ca *CloudAuth, username string) (func(context.Context, time
 		return creds, loadErr
 	}
 	signer := v4.NewSigner()
-	return func(ctx context.Context, now time.Time) (string, error) {
+	return func(ctx context.Context, now time.Time) (string, time.Duration, error) {
 		p, err := provider(ctx)
 		if err != nil {
-			return "", err
+			return "", 0, err
 		}
 		c, err := p.Retrieve(ctx)
 		if err != nil {
-			return "", fmt.Errorf("redisstore: retrieving AWS credentials: %w", err)
+			return "", 0, fmt.Errorf("redisstore: retrieving AWS credentials: %w", err)
 		}
-		return awsIAMToken(ctx, signer, c, ca.AWSCacheName, ca.AWSRegion, username, ca.AWSServerless, now)
+		tok, err := awsIAMToken(ctx, signer, c, ca.AWSCacheName, ca.AWSRegion, username, ca.AWSServerless, now)
+		return tok, awsTokenLifetime, err
 	}, nil
 }
 
@@ -205,4 +228,30 @@ func awsIAMToken(ctx context.Context, signer *v4.Signer, c aws.Credentials, cach
 		return "", fmt.Errorf("redisstore: signing the ElastiCache IAM token: %w", err)
 	}
 	return strings.TrimPrefix(signed, "http://"), nil
+}
+
+// gcpScope is the OAuth scope Memorystore IAM authentication accepts.
+const gcpScope = "https://www.googleapis.com/auth/cloud-platform"
+
+func gcpTokenFetcher(ca *CloudAuth) (func(context.Context, time.Time) (string, time.Duration, error), error) {
+	if ca.GCPServiceAccountJSON == "" {
+		return nil, fmt.Errorf("%w: cloud_authentication.gcp_service_account_json is required with auth_provider gcp", ErrConfig)
+	}
+	conf, err := google.JWTConfigFromJSON([]byte(ca.GCPServiceAccountJSON), gcpScope)
+	if err != nil {
+		// The error never quotes the key.
+		return nil, fmt.Errorf("%w: cloud_authentication.gcp_service_account_json is not a service-account key: %v", ErrConfig, err)
+	}
+	return func(ctx context.Context, now time.Time) (string, time.Duration, error) {
+		// A fresh source per token: the cache and its clock are ours.
+		tok, err := conf.TokenSource(ctx).Token()
+		if err != nil {
+			return "", 0, fmt.Errorf("redisstore: fetching a Google access token: %w", err)
+		}
+		valid := time.Hour // Google's default when expires_in is absent
+		if !tok.Expiry.IsZero() {
+			valid = time.Until(tok.Expiry)
+		}
+		return tok.AccessToken, valid, nil
+	}, nil
 }

@@ -2,13 +2,22 @@ package redisstore
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/redis/rueidis"
 
 	"github.com/seed-008287da/sluice/internal/testservers"
@@ -122,7 +131,8 @@ func TestCloudAuthConfig(t *testing.T) {
 		field string
 	}{
 		{"azure", func(c *CloudAuth) { c.Provider = "azure" }, "alice", `auth_provider "azure" is not supported`},
-		{"gcp", func(c *CloudAuth) { c.Provider = "gcp" }, "alice", `auth_provider "gcp" is not supported`},
+		{"gcp without a key", func(c *CloudAuth) { c.Provider = "gcp" }, "alice", "gcp_service_account_json is required"},
+		{"gcp with a bad key", func(c *CloudAuth) { c.Provider, c.GCPServiceAccountJSON = "gcp", "{not json" }, "alice", "gcp_service_account_json is not a service-account key"},
 		{"no provider", func(c *CloudAuth) { c.Provider = "" }, "alice", "auth_provider is required"},
 		{"no cache", func(c *CloudAuth) { c.AWSCacheName = "" }, "alice", "aws_cache_name is required"},
 		{"no region", func(c *CloudAuth) { c.AWSRegion = "" }, "alice", "aws_region is required"},
@@ -187,4 +197,97 @@ func TestAWSIAMAuth(t *testing.T) {
 	if err != nil || u != "alice" {
 		t.Fatalf("after the rotation: ACL WHOAMI = %q, %v; want alice", u, err)
 	}
+}
+
+// gcpTokenServer is a local OAuth token endpoint for service-account JWT
+// assertions: it checks the assertion's signature with the key's public
+// half and its claims, and issues token-1, token-2, ... valid for an hour.
+func gcpTokenServer(t *testing.T, key *rsa.PrivateKey, email string) *httptest.Server {
+	var mu sync.Mutex
+	n := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := r.ParseForm(); err != nil || r.Form.Get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer" {
+			http.Error(w, "bad grant", http.StatusBadRequest)
+			return
+		}
+		claims := jwt.MapClaims{}
+		_, err := jwt.ParseWithClaims(r.Form.Get("assertion"), claims, func(*jwt.Token) (any, error) { return &key.PublicKey, nil },
+			jwt.WithValidMethods([]string{"RS256"}))
+		if err != nil || claims["iss"] != email || claims["scope"] != gcpScope || claims["aud"] != "http://"+r.Host+"/token" {
+			http.Error(w, fmt.Sprintf("bad assertion: %v %v", err, claims), http.StatusUnauthorized)
+			return
+		}
+		mu.Lock()
+		n++
+		tok := fmt.Sprintf("token-%d", n)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"access_token":%q,"token_type":"Bearer","expires_in":3600}`, tok)
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func gcpServiceAccount(t *testing.T, key *rsa.PrivateKey, email, tokenURI string) string {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(map[string]string{
+		"type": "service_account", "project_id": "p", "private_key_id": "k1",
+		"private_key":  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})),
+		"client_email": email, "client_id": "1", "token_uri": tokenURI,
+	})
+	return string(b)
+}
+
+// TestGCPAuth connects to a local redis-server whose ACL user's password
+// is the access token a local token endpoint issued for the service
+// account, then checks the token is refreshed 5 minutes before it expires
+// and new connections use it.
+func TestGCPAuth(t *testing.T) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const email = "gw@p.iam.gserviceaccount.com"
+	tokens := gcpTokenServer(t, key, email)
+	clock := &fakeClock{t: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}
+	ca := &CloudAuth{Provider: "gcp", GCPServiceAccountJSON: gcpServiceAccount(t, key, email, tokens.URL+"/token"), Now: clock.Now}
+
+	srv := testservers.Redis(t, testservers.RedisOptions{})
+	srv.Do(t, "ACL", "SETUSER", "alice", "on", ">token-1", "~*", "&*", "+@all")
+	c := dial(t, Config{Host: srv.Host(), Port: srv.Port(), Username: "alice", CloudAuth: ca})
+	ctx := context.Background()
+	whoami := func() (string, error) {
+		return c.rc.Do(ctx, c.rc.B().AclWhoami().Build()).ToString()
+	}
+	if u, err := whoami(); err != nil || u != "alice" {
+		t.Fatalf("ACL WHOAMI = %q, %v; want alice", u, err)
+	}
+
+	reconnect := func(when string) {
+		t.Helper()
+		if n, _ := srv.Do(t, "CLIENT", "KILL", "USER", "alice").(int64); n == 0 {
+			t.Fatal("CLIENT KILL USER alice killed no connection")
+		}
+		var u string
+		var err error
+		for range 3 {
+			if u, err = whoami(); err == nil {
+				break
+			}
+		}
+		if err != nil || u != "alice" {
+			t.Fatalf("%s: ACL WHOAMI = %q, %v; want alice", when, u, err)
+		}
+	}
+	// 54 minutes on, token-1 is still used.
+	clock.Add(54 * time.Minute)
+	reconnect("at 54 minutes")
+
+	// 55 minutes on (5 before expiry) a new token is fetched; only it works.
+	clock.Add(time.Minute)
+	srv.Do(t, "ACL", "SETUSER", "alice", "resetpass", ">token-2")
+	reconnect("after the refresh")
 }
