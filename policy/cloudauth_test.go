@@ -41,6 +41,15 @@ func TestCloudAuthMapping(t *testing.T) {
 		t.Errorf("gcp CloudAuth = %+v", ca)
 	}
 
+	z, err := ParseAdvanced([]byte(`{"limit":[1],"window_size":[60],"strategy":"redis","sync_rate":0,"redis":{"host":"cache.example","port":6379,"username":"oid-1",
+		"cloud_authentication":{"auth_provider":"azure","azure_client_id":"app","azure_client_secret":"s","azure_tenant_id":"t"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ca := redisstoreConfig(&z.Redis).CloudAuth; ca == nil || ca.Provider != "azure" || ca.AzureClientID != "app" || ca.AzureClientSecret != "s" || ca.AzureTenantID != "t" {
+		t.Errorf("azure CloudAuth = %+v", ca)
+	}
+
 	n, err := ParseAdvanced([]byte(`{"limit":[1],"window_size":[60],"redis":{"cloud_authentication":{}}}`))
 	if err != nil {
 		t.Fatal(err)

@@ -77,8 +77,8 @@ func fromClusterNodes(ns []ClusterNode) []HostPort {
 
 // CloudAuth is Kong's cloud_authentication record (3.13+): the Redis
 // password becomes a short-lived token for the user in username. sluice
-// implements auth_provider "aws" (ElastiCache IAM) and "gcp" (Memorystore);
-// "azure" is a config error. See docs/redis.md.
+// implements auth_provider "aws" (ElastiCache IAM), "gcp" (Memorystore)
+// and "azure" (Azure Managed Redis, Entra ID). See docs/redis.md.
 type CloudAuth struct {
 	AuthProvider          *string `json:"auth_provider"`
 	AWSCacheName          *string `json:"aws_cache_name"`
@@ -290,17 +290,31 @@ func parseCloudAuth(f *fields) *CloudAuth {
 			f.d.fail(f.at("gcp_service_account_json"), "required field missing (with auth_provider 'gcp')")
 		}
 	case "azure":
-		f.d.fail(f.at("auth_provider"), "'azure' is not supported by sluice (only 'aws' and 'gcp' are)")
+		for _, v := range []struct {
+			name string
+			p    *string
+		}{{"azure_client_id", c.AzureClientID}, {"azure_client_secret", c.AzureClientSecret}, {"azure_tenant_id", c.AzureTenantID}} {
+			if v.p == nil {
+				f.d.fail(f.at(v.name), "required field missing (with auth_provider 'azure')")
+			}
+		}
 	}
 	return c
 }
 
-// checkCloudAuthUser reports a missing username: a cloud token is issued
-// for a named user.
+// checkCloudAuthUser reports a missing username: AWS and Azure tokens are
+// issued for a named user (Azure: the principal's object id).
 func checkCloudAuthUser(f *fields, c *CloudAuth, username *string) {
-	if c != nil && deref(c.AuthProvider) == "aws" && username == nil {
-		f.d.fail(f.at("username"), "required field missing (with cloud_authentication.auth_provider 'aws')")
+	if p := deref(c.authProvider()); (p == "aws" || p == "azure") && username == nil {
+		f.d.fail(f.at("username"), "required field missing (with cloud_authentication.auth_provider '"+p+"')")
 	}
+}
+
+func (c *CloudAuth) authProvider() *string {
+	if c == nil {
+		return nil
+	}
+	return c.AuthProvider
 }
 
 // secret reads a string field Kong marks referenceable. A value that is

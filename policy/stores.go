@@ -403,6 +403,10 @@ func (c *CloudAuth) redisstore() *redisstore.CloudAuth {
 		AWSRoleSessionName: deref(c.AWSRoleSessionName),
 
 		GCPServiceAccountJSON: deref(c.GCPServiceAccountJSON),
+
+		AzureClientID:     deref(c.AzureClientID),
+		AzureClientSecret: deref(c.AzureClientSecret),
+		AzureTenantID:     deref(c.AzureTenantID),
 	}
 }
 

@@ -16,16 +16,18 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 	"github.com/redis/rueidis"
+	"golang.org/x/oauth2"
+	"golang.org/x/oauth2/clientcredentials"
 	"golang.org/x/oauth2/google"
 )
 
 // CloudAuth authenticates with a managed Redis that takes short-lived
 // tokens as passwords (Kong's redis.cloud_authentication). The token
 // replaces Config.Password; Config.Username is the user it is issued for.
-// The AWS and Google providers are implemented; Azure is not.
 type CloudAuth struct {
-	// Provider is "aws" (ElastiCache IAM authentication) or "gcp"
-	// (Memorystore IAM authentication).
+	// Provider is "aws" (ElastiCache IAM authentication), "gcp"
+	// (Memorystore IAM authentication) or "azure" (Azure Managed Redis,
+	// Entra ID).
 	Provider string
 
 	// AWSCacheName is the cache (replication group or serverless cache)
@@ -49,6 +51,16 @@ type CloudAuth struct {
 	// tokens (scope cloud-platform, from the file's token_uri) are the
 	// passwords.
 	GCPServiceAccountJSON string
+
+	// AzureClientID, AzureClientSecret and AzureTenantID are the Entra ID
+	// application whose client-credentials tokens (scope
+	// https://redis.azure.com/.default) are the passwords; Config.Username
+	// is its object (principal) id. AzureAuthorityHost is the Entra
+	// endpoint; "" means https://login.microsoftonline.com.
+	AzureClientID      string
+	AzureClientSecret  string
+	AzureTenantID      string
+	AzureAuthorityHost string
 
 	// Now is the clock tokens are signed and refreshed by; nil means
 	// time.Now.
@@ -142,10 +154,16 @@ func newTokenSource(ca *CloudAuth, username string) (*tokenSource, error) {
 			return nil, err
 		}
 		return &tokenSource{now: now, fetch: fetch}, nil
+	case "azure":
+		fetch, err := azureTokenFetcher(ca, username)
+		if err != nil {
+			return nil, err
+		}
+		return &tokenSource{now: now, fetch: fetch}, nil
 	case "":
 		return nil, fmt.Errorf("%w: cloud_authentication.auth_provider is required", ErrConfig)
 	default:
-		return nil, fmt.Errorf("%w: cloud_authentication.auth_provider %q is not supported (only aws and gcp are)", ErrConfig, ca.Provider)
+		return nil, fmt.Errorf("%w: cloud_authentication.auth_provider %q is not supported (aws, azure or gcp)", ErrConfig, ca.Provider)
 	}
 }
 
@@ -249,6 +267,45 @@ func gcpTokenFetcher(ca *CloudAuth) (func(context.Context, time.Time) (string, t
 			return "", 0, fmt.Errorf("redisstore: fetching a Google access token: %w", err)
 		}
 		valid := time.Hour // Google's default when expires_in is absent
+		if !tok.Expiry.IsZero() {
+			valid = time.Until(tok.Expiry)
+		}
+		return tok.AccessToken, valid, nil
+	}, nil
+}
+
+// azureScope is the scope of Azure Managed Redis tokens.
+const azureScope = "https://redis.azure.com/.default"
+
+func azureTokenFetcher(ca *CloudAuth, username string) (func(context.Context, time.Time) (string, time.Duration, error), error) {
+	for _, f := range []struct{ name, v string }{
+		{"cloud_authentication.azure_client_id", ca.AzureClientID},
+		{"cloud_authentication.azure_client_secret", ca.AzureClientSecret},
+		{"cloud_authentication.azure_tenant_id", ca.AzureTenantID},
+		{"username (the object id of the Entra principal)", username},
+	} {
+		if f.v == "" {
+			return nil, fmt.Errorf("%w: %s is required with auth_provider azure", ErrConfig, f.name)
+		}
+	}
+	host := ca.AzureAuthorityHost
+	if host == "" {
+		host = "https://login.microsoftonline.com"
+	}
+	endpoint, err := url.JoinPath(host, url.PathEscape(ca.AzureTenantID), "oauth2/v2.0/token")
+	if err != nil {
+		return nil, fmt.Errorf("%w: Azure authority host %q: %v", ErrConfig, host, err)
+	}
+	conf := clientcredentials.Config{
+		ClientID: ca.AzureClientID, ClientSecret: ca.AzureClientSecret, TokenURL: endpoint,
+		Scopes: []string{azureScope}, AuthStyle: oauth2.AuthStyleInParams,
+	}
+	return func(ctx context.Context, now time.Time) (string, time.Duration, error) {
+		tok, err := conf.Token(ctx)
+		if err != nil {
+			return "", 0, fmt.Errorf("redisstore: fetching an Entra ID token: %w", err)
+		}
+		valid := time.Hour
 		if !tok.Expiry.IsZero() {
 			valid = time.Until(tok.Expiry)
 		}

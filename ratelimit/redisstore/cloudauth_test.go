@@ -130,7 +130,11 @@ func TestCloudAuthConfig(t *testing.T) {
 		user  string
 		field string
 	}{
-		{"azure", func(c *CloudAuth) { c.Provider = "azure" }, "alice", `auth_provider "azure" is not supported`},
+		{"azure without a secret", func(c *CloudAuth) { c.Provider, c.AzureClientID, c.AzureTenantID = "azure", "app", "t" }, "oid", "azure_client_secret is required"},
+		{"azure without a user", func(c *CloudAuth) {
+			c.Provider, c.AzureClientID, c.AzureClientSecret, c.AzureTenantID = "azure", "app", "s", "t"
+		}, "", "username (the object id of the Entra principal) is required"},
+		{"unknown provider", func(c *CloudAuth) { c.Provider = "ibm" }, "alice", `auth_provider "ibm" is not supported`},
 		{"gcp without a key", func(c *CloudAuth) { c.Provider = "gcp" }, "alice", "gcp_service_account_json is required"},
 		{"gcp with a bad key", func(c *CloudAuth) { c.Provider, c.GCPServiceAccountJSON = "gcp", "{not json" }, "alice", "gcp_service_account_json is not a service-account key"},
 		{"no provider", func(c *CloudAuth) { c.Provider = "" }, "alice", "auth_provider is required"},
@@ -289,5 +293,59 @@ func TestGCPAuth(t *testing.T) {
 	// 55 minutes on (5 before expiry) a new token is fetched; only it works.
 	clock.Add(time.Minute)
 	srv.Do(t, "ACL", "SETUSER", "alice", "resetpass", ">token-2")
+	reconnect("after the refresh")
+}
+
+// TestAzureAuth connects to a local redis-server whose ACL user (named by
+// the principal's object id) has as password the token a local Entra
+// authority issued for the client credentials, and checks the refresh 5
+// minutes before expiry.
+func TestAzureAuth(t *testing.T) {
+	var mu sync.Mutex
+	n := 0
+	authority := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := r.ParseForm(); err != nil || r.URL.Path != "/tenant-1/oauth2/v2.0/token" ||
+			r.Form.Get("grant_type") != "client_credentials" || r.Form.Get("client_id") != "app-1" ||
+			r.Form.Get("client_secret") != "s3cret" || r.Form.Get("scope") != azureScope {
+			http.Error(w, fmt.Sprintf("bad request %s %v", r.URL.Path, r.Form), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		n++
+		tok := fmt.Sprintf("entra-%d", n)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"access_token":%q,"token_type":"Bearer","expires_in":3600}`, tok)
+	}))
+	t.Cleanup(authority.Close)
+	clock := &fakeClock{t: time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)}
+	ca := &CloudAuth{Provider: "azure", AzureClientID: "app-1", AzureClientSecret: "s3cret", AzureTenantID: "tenant-1",
+		AzureAuthorityHost: authority.URL, Now: clock.Now}
+	const oid = "7f1c2d3e-0000-4000-8000-000000000001"
+
+	srv := testservers.Redis(t, testservers.RedisOptions{})
+	srv.Do(t, "ACL", "SETUSER", oid, "on", ">entra-1", "~*", "&*", "+@all")
+	c := dial(t, Config{Host: srv.Host(), Port: srv.Port(), Username: oid, CloudAuth: ca})
+	ctx := context.Background()
+	reconnect := func(when string) {
+		t.Helper()
+		if n, _ := srv.Do(t, "CLIENT", "KILL", "USER", oid).(int64); n == 0 {
+			t.Fatalf("%s: CLIENT KILL USER killed no connection", when)
+		}
+		var u string
+		var err error
+		for range 3 {
+			if u, err = c.rc.Do(ctx, c.rc.B().AclWhoami().Build()).ToString(); err == nil {
+				break
+			}
+		}
+		if err != nil || u != oid {
+			t.Fatalf("%s: ACL WHOAMI = %q, %v; want %s", when, u, err, oid)
+		}
+	}
+	clock.Add(54 * time.Minute)
+	reconnect("at 54 minutes")
+	clock.Add(time.Minute)
+	srv.Do(t, "ACL", "SETUSER", oid, "resetpass", ">entra-2")
 	reconnect("after the refresh")
 }
