@@ -24,6 +24,8 @@ import (
 // CloudAuth authenticates with a managed Redis that takes short-lived
 // tokens as passwords (Kong's redis.cloud_authentication). The token
 // replaces Config.Password; Config.Username is the user it is issued for.
+// A token is reused until 5 minutes of its validity are left; then new
+// connections get a new one and live ones are sent AUTH with it.
 type CloudAuth struct {
 	// Provider is "aws" (ElastiCache IAM authentication), "gcp"
 	// (Memorystore IAM authentication) or "azure" (Azure Managed Redis,
