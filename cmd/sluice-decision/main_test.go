@@ -123,7 +123,15 @@ func (b *syncBuffer) String() string {
 
 func start(t *testing.T, cfg string) *service {
 	t.Helper()
-	cmd := command(t, "-c", cfg, "-grpc", "127.0.0.1:0", "-http", "127.0.0.1:0")
+	return startWith(t, nil, "-c", cfg, "-grpc", "127.0.0.1:0", "-http", "127.0.0.1:0")
+}
+
+// startWith runs the binary with args and env added to the test's
+// environment, and waits until it listens.
+func startWith(t *testing.T, env []string, args ...string) *service {
+	t.Helper()
+	cmd := command(t, args...)
+	cmd.Env = append(cmd.Env, env...)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

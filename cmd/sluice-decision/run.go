@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,27 +23,50 @@ import (
 )
 
 type flags struct {
-	config          string
-	grpcListen      string
-	httpListen      string
-	check           bool
-	version         bool
-	watch           bool
-	logLevel        string
-	shutdownTimeout time.Duration
+	config            string
+	runtimeRoot       string
+	runtimeSub        string
+	runtimeApp        string
+	runtimeWatchRoot  bool
+	runtimeIgnoreDots bool
+	mergeDomains      bool
+	healthyWithConfig bool
+	grpcListen        string
+	httpListen        string
+	check             bool
+	version           bool
+	watch             bool
+	logLevel          string
+	logFormat         string
+	shutdownTimeout   time.Duration
+
+	warnings []string // about the environment, logged once the logger exists
 }
 
-func parseFlags(args []string, stderr io.Writer) (*flags, error) {
+// runtimeDir is the directory of configuration files in the peer's layout.
+func (f *flags) runtimeDir() string {
+	return filepath.Join(f.runtimeRoot, f.runtimeSub, f.runtimeApp)
+}
+
+func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Writer) (*flags, error) {
 	f := &flags{}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&f.config, "c", "", "configuration `file` (envoyproxy/ratelimit YAML plus sluice settings); required")
-	fs.StringVar(&f.grpcListen, "grpc", "127.0.0.1:8081", "gRPC listen `address` (RateLimitService and health); loopback unless told otherwise (0.0.0.0:8081)")
-	fs.StringVar(&f.httpListen, "http", "127.0.0.1:8080", "HTTP listen `address` (/v1/decide, /json, /check, /status, /healthcheck, /metrics); loopback unless told otherwise; empty disables it")
+	fs.StringVar(&f.config, "c", "", "configuration `file` (envoyproxy/ratelimit YAML plus sluice settings); without it, the directory -runtime-root/-runtime-subdirectory/-runtime-appdirectory")
+	fs.StringVar(&f.runtimeRoot, "runtime-root", "/srv/runtime_data/current", "envoyproxy/ratelimit's RUNTIME_ROOT: the `directory` above the configuration files")
+	fs.StringVar(&f.runtimeSub, "runtime-subdirectory", "", "RUNTIME_SUBDIRECTORY: the `directory` below -runtime-root")
+	fs.StringVar(&f.runtimeApp, "runtime-appdirectory", "config", "RUNTIME_APPDIRECTORY: the `directory` of the files below -runtime-subdirectory")
+	fs.BoolVar(&f.runtimeWatchRoot, "runtime-watch-root", true, "RUNTIME_WATCH_ROOT: also reload when -runtime-root itself is replaced (a symlink swap)")
+	fs.BoolVar(&f.runtimeIgnoreDots, "runtime-ignore-dotfiles", false, "RUNTIME_IGNOREDOTFILES: leave out files whose names start with \".\"")
+	fs.BoolVar(&f.mergeDomains, "merge-domains", false, "MERGE_DOMAIN_CONFIG: merge a domain given in several files of the directory")
+	fs.BoolVar(&f.healthyWithConfig, "healthy-with-config", false, "HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED: unhealthy until a configuration with a domain is loaded")
+	fs.StringVar(&f.grpcListen, "grpc", "127.0.0.1:8081", "gRPC listen `address` (RateLimitService and health), or unix:PATH; loopback unless told otherwise (0.0.0.0:8081)")
+	fs.StringVar(&f.httpListen, "http", "127.0.0.1:8080", "HTTP listen `address` (/v1/decide, /json, /check, /status, /healthcheck, /metrics), or unix:PATH; loopback unless told otherwise; empty disables it")
 	fs.BoolVar(&f.version, "version", false, "print the version and exit")
 	fs.BoolVar(&f.check, "check", false, "validate the configuration, print every error, and exit")
-	fs.BoolVar(&f.watch, "watch", true, "reload the configuration when the file changes")
+	fs.BoolVar(&f.watch, "watch", true, "reload the configuration when it changes")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight calls may take to finish on shutdown")
 	if err := fs.Parse(args[1:]); err != nil {
 		return nil, err
@@ -52,16 +77,21 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	if f.version {
 		return f, nil
 	}
-	if f.config == "" {
-		return nil, errors.New("-c is required")
+	set := map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
+	if err := applyEnv(f, fs, set, getenv); err != nil {
+		return nil, err
+	}
+	if f.logFormat != "text" && f.logFormat != "json" {
+		return nil, fmt.Errorf("-log-format: unknown format %q (want text or json)", f.logFormat)
 	}
 	return f, nil
 }
 
 // run is main without the process: it returns the exit code. hup delivers
-// reload requests (SIGHUP).
-func run(ctx context.Context, args []string, hup <-chan os.Signal, stdout, stderr io.Writer) int {
-	f, err := parseFlags(args, stderr)
+// reload requests (SIGHUP); getenv reads the environment.
+func run(ctx context.Context, args []string, getenv func(string) (string, bool), hup <-chan os.Signal, stdout, stderr io.Writer) int {
+	f, err := parseFlags(args, getenv, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -78,17 +108,21 @@ func run(ctx context.Context, args []string, hup <-chan os.Signal, stdout, stder
 		fmt.Fprintf(stderr, "sluice-decision: -log-level: %v\n", err)
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	hopts := &slog.HandlerOptions{Level: level}
+	var handler slog.Handler = slog.NewTextHandler(stderr, hopts)
+	if f.logFormat == "json" {
+		handler = slog.NewJSONHandler(stderr, hopts)
+	}
+	log := slog.New(handler)
+	for _, w := range f.warnings {
+		log.Warn("sluice-decision: " + w)
+	}
 	if f.check {
-		data, err := os.ReadFile(f.config)
-		if err == nil {
-			_, err = decision.Parse(data)
-		}
-		if err != nil {
+		if err := f.parse(); err != nil {
 			fmt.Fprintln(stderr, err)
 			return 1
 		}
-		fmt.Fprintf(stdout, "%s: configuration is valid\n", f.config)
+		fmt.Fprintf(stdout, "%s: configuration is valid\n", f.source())
 		return 0
 	}
 	if err := serve(ctx, f, hup, log, stdout); err != nil {
@@ -98,27 +132,129 @@ func run(ctx context.Context, args []string, hup <-chan os.Signal, stdout, stder
 	return 0
 }
 
+// source names where the configuration comes from.
+func (f *flags) source() string {
+	if f.config != "" {
+		return f.config
+	}
+	return f.runtimeDir()
+}
+
+// parse validates the configuration without opening a store.
+func (f *flags) parse() error {
+	if f.config != "" {
+		data, err := os.ReadFile(f.config)
+		if err != nil {
+			return err
+		}
+		_, err = decision.Parse(data)
+		return err
+	}
+	files, err := f.files()
+	if err != nil {
+		return err
+	}
+	_, err = decision.ParseFiles(files, decision.ParseOptions{MergeDomains: f.mergeDomains})
+	return err
+}
+
+// files reads the runtime directory.
+func (f *flags) files() ([]decision.File, error) {
+	entries, err := configsource.ReadDir(f.runtimeDir(), f.runtimeIgnoreDots)
+	if err != nil {
+		return nil, err
+	}
+	return toFiles(entries), nil
+}
+
+func toFiles(entries []configsource.Entry) []decision.File {
+	files := make([]decision.File, len(entries))
+	for i, e := range entries {
+		files[i] = decision.File{Name: e.Key, Data: e.Value}
+	}
+	return files
+}
+
+// load opens the service over the configuration as it is now.
+func (f *flags) load(opts decision.Options) (*decision.Service, error) {
+	if f.config != "" {
+		return decision.OpenFile(f.config, opts)
+	}
+	files, err := f.files()
+	if err != nil {
+		return nil, err
+	}
+	return decision.OpenFiles(files, opts)
+}
+
+// reload reads the configuration again (SIGHUP).
+func (f *flags) reload(svc *decision.Service) error {
+	if f.config != "" {
+		data, err := os.ReadFile(f.config)
+		if err != nil {
+			return err
+		}
+		return svc.Reload(data)
+	}
+	files, err := f.files()
+	if err != nil {
+		return err
+	}
+	return svc.ReloadFiles(files)
+}
+
+// watch starts the watcher of the configuration.
+func (f *flags) startWatch(ctx context.Context, svc *decision.Service, log *slog.Logger) (configsource.Source, error) {
+	h := configsource.Handlers{
+		Apply: func(d configsource.Document) error {
+			if d.Entries != nil {
+				return svc.ReloadFiles(toFiles(d.Entries))
+			}
+			return svc.Reload(d.Data)
+		},
+		Error: func(err error) { log.Warn("decision: config watch", "err", err) },
+	}
+	if f.config != "" {
+		return configsource.OpenFile(ctx, f.config, configsource.FileOptions{Handlers: h, StartRejected: true})
+	}
+	opts := configsource.DirOptions{Handlers: h, IgnoreDotFiles: f.runtimeIgnoreDots, StartRejected: true}
+	if f.runtimeWatchRoot {
+		opts.Root = f.runtimeRoot
+	}
+	return configsource.OpenDir(ctx, f.runtimeDir(), opts)
+}
+
+// listen opens a TCP listener, or a Unix socket for "unix:PATH" (a stale
+// socket file left by an earlier run is replaced).
+func listen(addr string) (net.Listener, error) {
+	if path, ok := strings.CutPrefix(addr, "unix:"); ok {
+		if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			_ = os.Remove(path)
+		}
+		return net.Listen("unix", path)
+	}
+	return net.Listen("tcp", addr)
+}
+
 func serve(ctx context.Context, f *flags, hup <-chan os.Signal, log *slog.Logger, stdout io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	svc, err := decision.OpenFile(f.config, decision.Options{Logger: log, Registry: reg})
+	svc, err := f.load(decision.Options{Logger: log, Registry: reg, HealthyWithConfig: f.healthyWithConfig,
+		MergeDomains: f.mergeDomains, StartInvalid: true})
 	if err != nil {
 		return err
 	}
 	defer svc.Close()
 
 	if f.watch {
-		src, err := configsource.OpenFile(ctx, f.config, configsource.FileOptions{Handlers: configsource.Handlers{
-			Apply: func(d configsource.Document) error { return svc.Reload(d.Data) },
-			Error: func(err error) { log.Warn("decision: config watch", "err", err) },
-		}})
+		src, err := f.startWatch(ctx, svc, log)
 		if err != nil {
 			return err
 		}
 		defer src.Close()
 	}
 
-	gl, err := net.Listen("tcp", f.grpcListen)
+	gl, err := listen(f.grpcListen)
 	if err != nil {
 		return fmt.Errorf("grpc listener: %w", err)
 	}
@@ -130,7 +266,7 @@ func serve(ctx context.Context, f *flags, hup <-chan os.Signal, log *slog.Logger
 
 	var hs *http.Server
 	if f.httpListen != "" {
-		hl, err := net.Listen("tcp", f.httpListen)
+		hl, err := listen(f.httpListen)
 		if err != nil {
 			gs.Stop()
 			return fmt.Errorf("http listener: %w", err)
@@ -153,11 +289,7 @@ loop:
 			log.Info("shutting down", "timeout", f.shutdownTimeout.String())
 			break loop
 		case <-hup:
-			data, err := os.ReadFile(f.config)
-			if err == nil {
-				err = svc.Reload(data)
-			}
-			if err != nil {
+			if err := f.reload(svc); err != nil {
 				log.Error("decision: SIGHUP reload rejected", "err", err)
 			}
 		case serveErr = <-errc:
@@ -165,6 +297,9 @@ loop:
 		}
 	}
 
+	// Health answers NOT_SERVING from now on, so probes take the
+	// instance out while in-flight calls finish.
+	svc.Drain()
 	sctx, cancel := context.WithTimeout(context.Background(), f.shutdownTimeout)
 	defer cancel()
 	if hs != nil {

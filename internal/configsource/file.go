@@ -26,6 +26,11 @@ type FileOptions struct {
 	// half-written or missing file. Each event restarts the wait, so a
 	// burst gives one read. Zero means DefaultDebounce.
 	Debounce time.Duration
+	// StartRejected keeps OpenFile going when Apply rejects the first
+	// document: the rejection goes to Handlers.Rejected and the file is
+	// watched as usual, so a later good version is applied. Without it
+	// OpenFile fails with ErrRejected.
+	StartRejected bool
 }
 
 // File watches one configuration file and delivers its content whenever
@@ -61,7 +66,8 @@ type File struct {
 // OpenFile reads path, delivers it to opts.Apply, and starts watching it
 // until ctx is done or Close is called. It returns an error when the file
 // cannot be read or watched, or when Apply rejects it (wrapping
-// ErrRejected); nothing keeps running then.
+// ErrRejected) unless opts.StartRejected is set; nothing keeps running
+// then.
 func OpenFile(ctx context.Context, path string, opts FileOptions) (*File, error) {
 	if err := opts.check(); err != nil {
 		return nil, err
@@ -87,7 +93,7 @@ func OpenFile(ctx context.Context, path string, opts FileOptions) (*File, error)
 		return nil, err
 	}
 	f.rewatch()
-	if err := f.accept(data); err != nil {
+	if err := f.accept(data); err != nil && !(opts.StartRejected && errors.Is(err, ErrRejected)) {
 		w.Close()
 		return nil, err
 	}

@@ -284,7 +284,12 @@ func (o checkedRequest) source(from string) (string, bool) {
 // serveCheck answers GET /check (any method: Traefik forwards the
 // original one).
 func (s *Service) serveCheck(w http.ResponseWriter, r *http.Request) {
-	c := s.gen.Load().cfg.Check
+	cfg := s.gen.Load().cfg
+	if cfg == nil {
+		writeError(w, http.StatusServiceUnavailable, ErrNoConfig.Error())
+		return
+	}
+	c := cfg.Check
 	if c == nil {
 		writeError(w, http.StatusNotFound, "decision: /check is not configured (add a check section)")
 		return

@@ -234,19 +234,38 @@ type RedisConfig struct {
 // errors. It returns every problem at once in a *ConfigError that wraps
 // ErrInvalidConfig.
 func Parse(data []byte) (*Config, error) {
+	cfg, _, errs := parse(data)
+	if len(errs) > 0 {
+		return nil, &ConfigError{Errors: errs}
+	}
+	return cfg, nil
+}
+
+// globalSettings are the top-level fields that configure the whole service
+// rather than the domains of their file.
+var globalSettings = []string{"store", "response_headers", "response_header_format", "response_header_names", "shadow_mode", "check"}
+
+// parse decodes one file and lists the global settings it sets.
+func parse(data []byte) (*Config, []string, []field.Error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, &ConfigError{Errors: []field.Error{{Message: "parsing YAML: " + err.Error()}}}
+		return nil, nil, []field.Error{{Message: "parsing YAML: " + err.Error()}}
 	}
 	d := &decoder{}
 	cfg := &Config{Algorithm: ratelimit.FixedWindow}
 	if r := resolve(&root); r == nil || r.Kind == 0 {
 		d.add(nil, "", "the file is empty")
-		return nil, &ConfigError{Errors: d.errs}
+		return nil, nil, d.errs
 	}
 	top := d.mapping("", &root)
 	if top == nil {
-		return nil, &ConfigError{Errors: d.errs}
+		return nil, nil, d.errs
+	}
+	var settings []string
+	for _, name := range globalSettings {
+		if _, ok := top.fields[name]; ok {
+			settings = append(settings, name)
+		}
 	}
 	if top.has("algorithm") {
 		a, err := ratelimit.ParseAlgorithm(top.str("algorithm"))
@@ -328,9 +347,103 @@ func Parse(data []byte) (*Config, error) {
 			li, lj := d.errs[i].Line, d.errs[j].Line
 			return li != 0 && (lj == 0 || li < lj)
 		})
-		return nil, &ConfigError{Errors: d.errs}
+		return nil, nil, d.errs
 	}
-	return cfg, nil
+	return cfg, settings, nil
+}
+
+// A File is one configuration file of a directory, named by its path
+// relative to the directory.
+type File struct {
+	Name string
+	Data []byte
+}
+
+// ParseOptions configure ParseFiles.
+type ParseOptions struct {
+	// MergeDomains merges the descriptors of a domain given in several
+	// files (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG); without it a
+	// domain in two files is an error.
+	MergeDomains bool
+}
+
+// ParseFiles decodes a directory of configuration files as one
+// configuration, as envoyproxy/ratelimit loads its runtime directory: each
+// file gives one domain (domain and descriptors) or several (domains).
+// The global settings (store, response_headers, response_header_format,
+// response_header_names, shadow_mode, check) may be set in one file only;
+// algorithm applies to the limits of its own file. Every problem of every
+// file is returned at once, each error's path starting with its file's
+// name.
+func ParseFiles(files []File, opts ParseOptions) (*Config, error) {
+	var errs []field.Error
+	if len(files) == 0 {
+		return nil, &ConfigError{Errors: []field.Error{{Message: "no configuration files"}}}
+	}
+	var base *Config
+	baseFile := ""
+	var domains []Domain
+	where := map[string]int{} // domain name -> index in domains
+	from := map[string]string{}
+	for _, f := range files {
+		cfg, settings, ferrs := parse(f.Data)
+		for _, e := range ferrs {
+			errs = append(errs, inFile(f.Name, e))
+		}
+		if cfg == nil {
+			continue
+		}
+		if len(settings) > 0 {
+			if base != nil {
+				errs = append(errs, field.Error{Path: f.Name + ": " + settings[0], Message: "also set in " + baseFile + "; the global settings (" + strings.Join(globalSettings, ", ") + ") go in one file"})
+			} else {
+				base, baseFile = cfg, f.Name
+			}
+		}
+		for _, dom := range cfg.Domains {
+			i, dup := where[dom.Name]
+			switch {
+			case !dup:
+				where[dom.Name] = len(domains)
+				from[dom.Name] = f.Name
+				domains = append(domains, dom)
+			case !opts.MergeDomains:
+				errs = append(errs, field.Error{Path: f.Name + ": domain", Message: fmt.Sprintf("duplicate domain %q, also in %s (set MERGE_DOMAIN_CONFIG to merge them)", dom.Name, from[dom.Name])})
+			default:
+				seen := map[[2]string]bool{}
+				for _, d := range domains[i].Descriptors {
+					seen[[2]string{d.Key, d.Value}] = true
+				}
+				for j, d := range dom.Descriptors {
+					if seen[[2]string{d.Key, d.Value}] {
+						errs = append(errs, field.Error{Path: f.Name + ": " + indexPath("descriptors", j), Message: fmt.Sprintf("duplicate descriptor key %q value %q in merged domain %q, also in %s", d.Key, d.Value, dom.Name, from[dom.Name])})
+					}
+				}
+				domains[i].Descriptors = append(domains[i].Descriptors, dom.Descriptors...)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return nil, &ConfigError{Errors: errs}
+	}
+	if base == nil {
+		base = &Config{Algorithm: ratelimit.FixedWindow, ResponseHeaderFormat: HeadersRateLimit,
+			ResponseHeaderNames: HeaderNames{Limit: "RateLimit-Limit", Remaining: "RateLimit-Remaining", Reset: "RateLimit-Reset"},
+			Store:               StoreConfig{Type: "memory"}}
+	}
+	out := *base
+	out.Domains = domains
+	return &out, nil
+}
+
+// inFile puts a file's name in front of an error's path.
+func inFile(name string, e field.Error) field.Error {
+	if e.Path == "" {
+		e.Path = name
+	} else {
+		e.Path = name + ": " + e.Path
+	}
+	return e
 }
 
 func (d *decoder) domain(path string, m *mapping, alg ratelimit.Algorithm) Domain {

@@ -14,16 +14,23 @@ import (
 
 // NewGRPCServer returns a gRPC server serving s as
 // envoy.service.ratelimit.v3.RateLimitService and the standard health
-// service (grpc.health.v1.Health, reporting SERVING for "", for the rate
-// limit service's full name and for "ratelimit", the name probes written
-// for envoyproxy/ratelimit ask). opts are passed to grpc.NewServer.
+// service (grpc.health.v1.Health, reporting Healthy as SERVING or
+// NOT_SERVING for "", for the rate limit service's full name and for
+// "ratelimit", the name probes written for envoyproxy/ratelimit ask). opts
+// are passed to grpc.NewServer.
 func NewGRPCServer(s *Service, opts ...grpc.ServerOption) *grpc.Server {
 	gs := grpc.NewServer(opts...)
 	rlspb.RegisterRateLimitServiceServer(gs, s)
 	hs := health.NewServer()
-	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus(rlspb.RateLimitService_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
-	hs.SetServingStatus("ratelimit", healthpb.HealthCheckResponse_SERVING)
+	s.onHealth(func(ok bool) {
+		st := healthpb.HealthCheckResponse_SERVING
+		if !ok {
+			st = healthpb.HealthCheckResponse_NOT_SERVING
+		}
+		for _, name := range []string{"", rlspb.RateLimitService_ServiceDesc.ServiceName, "ratelimit"} {
+			hs.SetServingStatus(name, st)
+		}
+	})
 	healthpb.RegisterHealthServer(gs, hs)
 	return gs
 }
@@ -33,6 +40,8 @@ func NewGRPCServer(s *Service, opts ...grpc.ServerOption) *grpc.Server {
 // up, Unavailable for a store failure.
 func grpcError(err error) error {
 	switch {
+	case errors.Is(err, ErrNoConfig):
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, ErrInvalidRequest):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, context.Canceled):

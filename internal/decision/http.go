@@ -29,7 +29,8 @@ const maxBody = 1 << 20
 //	                  the configured deny status with the rate-limit
 //	                  headers (see CheckConfig)
 //	GET  /status      the configuration in use and reload health
-//	GET  /healthcheck "OK", as envoyproxy/ratelimit answers its probes
+//	GET  /healthcheck "OK", or 500 while unhealthy (see Healthy), as
+//	                  envoyproxy/ratelimit answers its probes
 //	GET  /metrics     Prometheus metrics (see Registry)
 //
 // A request that cannot be decided gets 400, a store failure 503, each with
@@ -40,7 +41,7 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("POST /json", func(w http.ResponseWriter, r *http.Request) { s.serveDecide(w, r, camelJSON) })
 	mux.HandleFunc("/check", s.serveCheck)
 	mux.HandleFunc("GET /status", s.serveStatus)
-	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "OK") })
+	mux.HandleFunc("GET /healthcheck", s.serveHealth)
 	mux.Handle("GET /metrics", s.metricsHandler())
 	return mux
 }
@@ -89,6 +90,16 @@ func (s *Service) serveDecide(w http.ResponseWriter, r *http.Request, jsonOut pr
 	_, _ = w.Write(out)
 }
 
+// serveHealth answers "OK", or 500 while the service is unhealthy, as
+// envoyproxy/ratelimit answers its probes.
+func (s *Service) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	if !s.Healthy() {
+		w.WriteHeader(http.StatusInternalServerError)
+		return
+	}
+	_, _ = io.WriteString(w, "OK")
+}
+
 func writeError(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
@@ -97,7 +108,8 @@ func writeError(w http.ResponseWriter, code int, msg string) {
 
 // Status is the body of GET /status.
 type Status struct {
-	// Generation counts configurations: 1 for the one loaded at start.
+	// Generation counts configurations: 1 for the one loaded at start, 0
+	// while none is loaded.
 	Generation uint64 `json:"generation"`
 	// LoadedAt is when the configuration in use was loaded.
 	LoadedAt time.Time `json:"loaded_at"`
@@ -112,6 +124,9 @@ type Status struct {
 	ReloadErrors int64 `json:"reload_errors"`
 	// LastReloadError is the error of the last reload when it was rejected.
 	LastReloadError string `json:"last_reload_error,omitempty"`
+	// Healthy is what /healthcheck and gRPC health answer (see
+	// Service.Healthy).
+	Healthy bool `json:"healthy"`
 }
 
 // Status reports the configuration in use.
@@ -119,14 +134,17 @@ func (s *Service) Status() Status {
 	g := s.gen.Load()
 	st := Status{
 		Generation:   g.number,
-		LoadedAt:     g.loaded.UTC(),
 		ConfigSHA256: g.digest,
-		Store:        g.cfg.Store.Type,
-		Domains:      make([]string, 0, len(g.cfg.Domains)),
+		Domains:      []string{},
 		ReloadErrors: s.reloadErrors.Load(),
+		Healthy:      s.Healthy(),
 	}
-	for _, d := range g.cfg.Domains {
-		st.Domains = append(st.Domains, d.Name)
+	if g.cfg != nil {
+		st.LoadedAt = g.loaded.UTC()
+		st.Store = g.cfg.Store.Type
+		for _, d := range g.cfg.Domains {
+			st.Domains = append(st.Domains, d.Name)
+		}
 	}
 	sort.Strings(st.Domains)
 	if e := s.lastError.Load(); e != nil {

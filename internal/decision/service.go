@@ -37,6 +37,11 @@ var (
 	// selects a different store: counters would be lost, so that takes a
 	// restart.
 	ErrStoreChanged = errors.New("decision: store settings changed; restart to apply them")
+	// ErrNoConfig is returned by Decide while no configuration has been
+	// loaded (the one at start was rejected and no good one followed).
+	// gRPC answers it with Unavailable, HTTP with 503, so Envoy applies its
+	// failure_mode_deny, as envoyproxy/ratelimit's answer does.
+	ErrNoConfig = errors.New("no rate limit configuration loaded")
 )
 
 // keyPrefix is the first part of every counter key, so the decision
@@ -58,6 +63,20 @@ type Options struct {
 	// Registry receives the service's Prometheus metrics; nil means a new
 	// registry (see Service.Registry). Never the global default one.
 	Registry *prometheus.Registry
+	// HealthyWithConfig reports the service unhealthy (Healthy, gRPC
+	// health, /healthcheck) until a configuration with at least one domain
+	// is loaded, and again whenever one without domains is:
+	// envoyproxy/ratelimit's HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED.
+	HealthyWithConfig bool
+	// MergeDomains is ParseOptions.MergeDomains for OpenFiles and
+	// ReloadFiles.
+	MergeDomains bool
+	// StartInvalid makes OpenFile and OpenFiles start the service without
+	// a configuration when the one given is invalid, as
+	// envoyproxy/ratelimit keeps running with a bad file: requests are
+	// answered with ErrNoConfig until a valid one is reloaded, and the
+	// error is logged and shown in Status. Store failures still fail.
+	StartInvalid bool
 }
 
 // A Service decides Envoy rate limit requests against the current
@@ -71,59 +90,96 @@ type Options struct {
 type Service struct {
 	rlspb.UnimplementedRateLimitServiceServer
 
-	store     ratelimit.Store
-	ownsStore bool
-	// concurrent decides the descriptors of one request at once. The
-	// memory store answers in well under a microsecond, less than a
-	// goroutine costs; a remote store answers in a round trip.
-	concurrent bool
-	gen        atomic.Pointer[generation]
-	now        func() time.Time
-	log        *slog.Logger
-	onReload   func(uint64, error)
-	m          *metrics
+	gen      atomic.Pointer[generation]
+	now      func() time.Time
+	log      *slog.Logger
+	onReload func(uint64, error)
+	m        *metrics
 
-	mu           sync.Mutex // serializes Update
+	mu sync.Mutex // serializes Update; guards the fields below
+	// store is nil until the first configuration opens it (Open with a
+	// nil Config); storeCfg is the store section it was opened from, nil
+	// when the caller gave the store to New.
+	store        ratelimit.Store
+	storeCfg     *StoreConfig
+	ownsStore    bool
 	reloadErrors atomic.Int64
 	lastError    atomic.Pointer[string]
+
+	healthyWithConfig bool
+	mergeDomains      bool
+	draining          atomic.Bool
+	healthMu          sync.Mutex
+	healthHooks       []func(bool)
 }
 
 // A generation is one configuration, compiled. It is never modified after
 // it is published.
 type generation struct {
-	cfg     *Config
-	domains map[string]*node
-	stats   map[string]*domainStats
-	number  uint64
-	loaded  time.Time
-	digest  string
+	// cfg is nil while no configuration has been loaded.
+	cfg   *Config
+	store ratelimit.Store
+	// concurrent decides the descriptors of one request at once. The
+	// memory store answers in well under a microsecond, less than a
+	// goroutine costs; a remote store answers in a round trip.
+	concurrent bool
+	domains    map[string]*node
+	stats      map[string]*domainStats
+	number     uint64
+	loaded     time.Time
+	digest     string
 }
 
 // New returns a Service deciding with cfg over store. The caller keeps
-// ownership of store: Close does not close it. It fails only when
+// ownership of store: Close does not close it. A nil cfg starts the
+// service without a configuration: every request is answered with
+// ErrNoConfig until Update or Reload gives it one. It fails only when
 // opts.Registry already holds metrics of the same names.
 func New(cfg *Config, store ratelimit.Store, opts Options) (*Service, error) {
+	s, err := newServiceBase(opts)
+	if err != nil {
+		return nil, err
+	}
+	s.store = store
+	if cfg == nil {
+		s.gen.Store(&generation{store: store})
+		return s, nil
+	}
+	s.gen.Store(s.compile(cfg, "", 1))
+	s.m.generation.Set(1)
+	return s, nil
+}
+
+func newServiceBase(opts Options) (*Service, error) {
 	m, err := newMetrics(opts.Registry)
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{store: store, now: opts.Now, log: opts.Logger, onReload: opts.OnReload, m: m}
-	_, inProcess := store.(*memorystore.Store)
-	s.concurrent = !inProcess
+	s := &Service{now: opts.Now, log: opts.Logger, onReload: opts.OnReload, m: m, healthyWithConfig: opts.HealthyWithConfig, mergeDomains: opts.MergeDomains}
 	if s.now == nil {
 		s.now = time.Now
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
-	s.gen.Store(s.compile(cfg, nil, 1))
-	m.generation.Set(1)
 	return s, nil
 }
 
 // Open opens the store cfg.Store selects and returns a Service over it that
-// closes the store in Close.
+// closes the store in Close. A nil cfg starts the service without a
+// configuration and without a store: the first configuration given to
+// Update or Reload opens its store, and until then every request is
+// answered with ErrNoConfig.
 func Open(cfg *Config, opts Options) (*Service, error) {
+	if cfg == nil {
+		s, err := newServiceBase(opts)
+		if err != nil {
+			return nil, err
+		}
+		s.ownsStore = true
+		s.gen.Store(&generation{})
+		return s, nil
+	}
 	st, err := OpenStore(cfg.Store, opts.Logger)
 	if err != nil {
 		return nil, err
@@ -134,59 +190,141 @@ func Open(cfg *Config, opts Options) (*Service, error) {
 		return nil, err
 	}
 	s.ownsStore = true
+	sc := cfg.Store
+	s.storeCfg = &sc
 	return s, nil
 }
 
 // OpenFile parses the configuration file at path, opens its store and
 // returns a Service over it that closes the store in Close. Reload ignores
-// later deliveries of the same content.
+// later deliveries of the same content. An invalid file is an error unless
+// opts.StartInvalid is set.
 func OpenFile(path string, opts Options) (*Service, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("decision: reading config: %w", err)
 	}
+	sum := sha256.Sum256(data)
 	cfg, err := Parse(data)
-	if err != nil {
-		return nil, err
+	return openParsed(cfg, err, hex.EncodeToString(sum[:]), opts)
+}
+
+// OpenFiles is OpenFile for a directory of files (see ParseFiles and
+// Options.MergeDomains); ReloadFiles ignores later deliveries of the same
+// files.
+func OpenFiles(files []File, opts Options) (*Service, error) {
+	cfg, err := ParseFiles(files, ParseOptions{MergeDomains: opts.MergeDomains})
+	return openParsed(cfg, err, filesDigest(files), opts)
+}
+
+func openParsed(cfg *Config, parseErr error, digest string, opts Options) (*Service, error) {
+	if parseErr != nil {
+		if !opts.StartInvalid {
+			return nil, parseErr
+		}
+		s, err := Open(nil, opts)
+		if err != nil {
+			return nil, err
+		}
+		s.rejected(parseErr)
+		return s, nil
 	}
 	s, err := Open(cfg, opts)
 	if err != nil {
 		return nil, err
 	}
-	s.gen.Store(s.compile(cfg, data, 1))
+	s.gen.Store(s.compile(cfg, digest, 1))
 	return s, nil
+}
+
+// rejected records a configuration that was not applied.
+func (s *Service) rejected(err error) {
+	s.reloadErrors.Add(1)
+	s.m.reloads.WithLabelValues("rejected").Inc()
+	msg := err.Error()
+	s.lastError.Store(&msg)
+	if s.gen.Load().cfg == nil {
+		s.log.Error("decision: config rejected; no configuration is loaded, every request is answered \""+ErrNoConfig.Error()+"\"", "err", err)
+	} else {
+		s.log.Error("decision: config reload rejected; keeping the old config", "err", err)
+	}
 }
 
 // Close closes the store if the Service opened it.
 func (s *Service) Close() error {
-	if s.ownsStore {
-		return s.store.Close()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ownsStore && s.store != nil {
+		err := s.store.Close()
+		s.store = nil
+		return err
 	}
 	return nil
 }
 
-func (s *Service) compile(cfg *Config, data []byte, number uint64) *generation {
-	g := &generation{cfg: cfg, domains: make(map[string]*node, len(cfg.Domains)),
+// compile builds the generation of cfg over s.store; s.mu is held or s is
+// not yet shared.
+func (s *Service) compile(cfg *Config, digest string, number uint64) *generation {
+	_, inProcess := s.store.(*memorystore.Store)
+	g := &generation{cfg: cfg, store: s.store, concurrent: !inProcess, domains: make(map[string]*node, len(cfg.Domains)),
 		stats: make(map[string]*domainStats, len(cfg.Domains)), number: number, loaded: s.now()}
 	for _, d := range cfg.Domains {
 		g.domains[d.Name] = compileTree(d.Descriptors)
 		g.stats[d.Name] = s.m.domain(d.Name)
 	}
-	if data != nil {
-		sum := sha256.Sum256(data)
-		g.digest = hex.EncodeToString(sum[:])
-	}
+	g.digest = digest
 	return g
 }
 
-// Config returns the configuration in use. It must not be modified.
+// Config returns the configuration in use, nil while none is loaded. It
+// must not be modified.
 func (s *Service) Config() *Config { return s.gen.Load().cfg }
+
+// Healthy reports whether the service should receive traffic: not after
+// Drain, and, with Options.HealthyWithConfig, only while a configuration
+// with at least one domain is loaded.
+func (s *Service) Healthy() bool {
+	if s.draining.Load() {
+		return false
+	}
+	if s.healthyWithConfig {
+		cfg := s.gen.Load().cfg
+		return cfg != nil && len(cfg.Domains) > 0
+	}
+	return true
+}
+
+// Drain reports the service unhealthy from now on, so load balancers stop
+// sending to it while in-flight calls finish (envoyproxy/ratelimit does
+// this on SIGTERM). Decisions are still answered.
+func (s *Service) Drain() {
+	s.draining.Store(true)
+	s.healthChanged()
+}
+
+// onHealth registers f to be called with Healthy's value now and whenever
+// it may have changed.
+func (s *Service) onHealth(f func(bool)) {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	s.healthHooks = append(s.healthHooks, f)
+	f(s.Healthy())
+}
+
+func (s *Service) healthChanged() {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	h := s.Healthy()
+	for _, f := range s.healthHooks {
+		f(h)
+	}
+}
 
 // Update replaces the configuration. Requests already being decided finish
 // with the old one; counters are kept, so a limit whose window stays the
 // same keeps counting where it was. It returns ErrStoreChanged, and keeps
 // the old configuration, when cfg selects a different store.
-func (s *Service) Update(cfg *Config) error { return s.update(cfg, nil) }
+func (s *Service) Update(cfg *Config) error { return s.update(cfg, "") }
 
 // Reload parses data and, when it is valid, makes it the configuration.
 // On error the old configuration stays in use. Data equal to what the
@@ -194,19 +332,36 @@ func (s *Service) Update(cfg *Config) error { return s.update(cfg, nil) }
 // so a watcher may deliver the same file twice.
 func (s *Service) Reload(data []byte) error {
 	sum := sha256.Sum256(data)
-	if hex.EncodeToString(sum[:]) == s.gen.Load().digest {
+	return s.reload(hex.EncodeToString(sum[:]), func() (*Config, error) { return Parse(data) })
+}
+
+// ReloadFiles is Reload for a directory of files (see ParseFiles), merging
+// domains given in several files when Options.MergeDomains is set.
+func (s *Service) ReloadFiles(files []File) error {
+	return s.reload(filesDigest(files), func() (*Config, error) {
+		return ParseFiles(files, ParseOptions{MergeDomains: s.mergeDomains})
+	})
+}
+
+func filesDigest(files []File) string {
+	h := sha256.New()
+	for _, f := range files {
+		fmt.Fprintf(h, "%d:%s%d:", len(f.Name), f.Name, len(f.Data))
+		h.Write(f.Data)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func (s *Service) reload(digest string, parse func() (*Config, error)) error {
+	if g := s.gen.Load(); g.cfg != nil && digest == g.digest {
 		return nil
 	}
-	cfg, err := Parse(data)
+	cfg, err := parse()
 	if err == nil {
-		err = s.update(cfg, data)
+		err = s.update(cfg, digest)
 	}
 	if err != nil {
-		s.reloadErrors.Add(1)
-		s.m.reloads.WithLabelValues("rejected").Inc()
-		msg := err.Error()
-		s.lastError.Store(&msg)
-		s.log.Error("decision: config reload rejected; keeping the old config", "err", err)
+		s.rejected(err)
 	} else {
 		s.m.reloads.WithLabelValues("applied").Inc()
 		s.lastError.Store(nil)
@@ -217,17 +372,29 @@ func (s *Service) Reload(data []byte) error {
 	return err
 }
 
-func (s *Service) update(cfg *Config, data []byte) error {
+func (s *Service) update(cfg *Config, digest string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.gen.Load()
-	if !reflect.DeepEqual(old.cfg.Store, cfg.Store) {
+	switch {
+	case s.store == nil:
+		st, err := OpenStore(cfg.Store, s.log)
+		if err != nil {
+			return err
+		}
+		s.store = st
+		sc := cfg.Store
+		s.storeCfg = &sc
+	case s.storeCfg != nil && !reflect.DeepEqual(*s.storeCfg, cfg.Store):
+		return ErrStoreChanged
+	case s.storeCfg == nil && old.cfg != nil && !reflect.DeepEqual(old.cfg.Store, cfg.Store):
 		return ErrStoreChanged
 	}
-	g := s.compile(cfg, data, old.number+1)
+	g := s.compile(cfg, digest, old.number+1)
 	s.gen.Store(g)
 	s.m.generation.Set(float64(g.number))
 	s.log.Info("decision: config loaded", "generation", g.number, "domains", len(cfg.Domains))
+	s.healthChanged()
 	return nil
 }
 
@@ -263,6 +430,9 @@ func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now t
 		return nil, fmt.Errorf("%w: rate limit descriptor list must not be empty", ErrInvalidRequest)
 	}
 	g := s.gen.Load()
+	if g.cfg == nil {
+		return nil, ErrNoConfig
+	}
 	tree := g.domains[req.GetDomain()]
 	hits := int64(req.GetHitsAddend())
 	if hits == 0 {
@@ -323,7 +493,7 @@ func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now t
 		outs = append(outs, outNoLimit)
 	}
 	var errs []error
-	if pending > 1 && s.concurrent {
+	if pending > 1 && g.concurrent {
 		// One round trip for all descriptors instead of one each: the
 		// calls run at once and the Redis client pipelines them.
 		errs = make([]error, len(descs))
@@ -333,7 +503,7 @@ func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now t
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					resp.Statuses[i], outs[i], errs[i] = s.check(ctx, req.GetDomain(), descs[i], r, costs[i], now)
+					resp.Statuses[i], outs[i], errs[i] = s.check(ctx, g.store, req.GetDomain(), descs[i], r, costs[i], now)
 				}()
 			}
 		}
@@ -350,7 +520,7 @@ func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now t
 			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 			outs[i] = outUnlimited
 		default:
-			st, out, err := s.check(ctx, req.GetDomain(), descs[i], r, costs[i], now)
+			st, out, err := s.check(ctx, g.store, req.GetDomain(), descs[i], r, costs[i], now)
 			if err != nil {
 				return nil, err
 			}
@@ -430,7 +600,7 @@ func counterKey(domain string, d *rlpb.RateLimitDescriptor) string {
 }
 
 // check counts d against r and returns its status and outcome.
-func (s *Service) check(ctx context.Context, domain string, d *rlpb.RateLimitDescriptor, r *rule, cost int64, now time.Time) (*rlspb.RateLimitResponse_DescriptorStatus, outcome, error) {
+func (s *Service) check(ctx context.Context, store ratelimit.Store, domain string, d *rlpb.RateLimitDescriptor, r *rule, cost int64, now time.Time) (*rlspb.RateLimitResponse_DescriptorStatus, outcome, error) {
 	if r.denyAll >= 0 {
 		spec := r.specs[r.denyAll]
 		return &rlspb.RateLimitResponse_DescriptorStatus{
@@ -439,7 +609,7 @@ func (s *Service) check(ctx context.Context, domain string, d *rlpb.RateLimitDes
 			DurationUntilReset: durationpb.New(wholeSeconds(untilWindowEnd(spec.Window(), now))),
 		}, overOutcome(r), nil
 	}
-	dec, err := s.store.Take(ctx, ratelimit.Request{Key: counterKey(domain, d), Limits: r.limits, Cost: cost, Now: now})
+	dec, err := store.Take(ctx, ratelimit.Request{Key: counterKey(domain, d), Limits: r.limits, Cost: cost, Now: now})
 	if err != nil {
 		if errors.Is(err, ratelimit.ErrInvalidLimit) {
 			return nil, 0, fmt.Errorf("%w: %w", ErrInvalidRequest, err)

@@ -459,7 +459,9 @@ descriptors:
 			s := newService(t, cfg, newClock(t0).opts())
 			// Deciding the descriptors of one request at once is what a
 			// Redis-backed service does; force it on the memory store too.
-			s.concurrent = concurrent
+			g := *s.gen.Load()
+			g.concurrent = concurrent
+			s.gen.Store(&g)
 			exactUnderConcurrency(t, s)
 		})
 	}
