@@ -351,8 +351,8 @@ services:
 	if out, err := command(t, "validate", "--ignore-plugins", "correlation-id", path).CombinedOutput(); err != nil {
 		t.Errorf("with --ignore-plugins: %v\n%s", err, out)
 	}
-	out, err = command(t, "validate", "--ignore-plugins", "basic-auth", path).CombinedOutput()
+	out, err = command(t, "validate", "--ignore-plugins", "hmac-auth", path).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "would leave its routes open") {
-		t.Errorf("--ignore-plugins basic-auth: %v\n%s", err, out)
+		t.Errorf("--ignore-plugins hmac-auth: %v\n%s", err, out)
 	}
 }

@@ -90,7 +90,7 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 	}
 	shared := gateway.NewShared(policy.RegistryOptions{})
 	defer shared.Close()
-	g, err := gateway.New(gateway.Options{Shared: shared, IgnorePlugins: splitList(*ignore)})
+	g, err := gateway.New(gateway.Options{Shared: shared, IgnorePlugins: splitList(*ignore), LookupEnv: os.LookupEnv})
 	if err != nil {
 		fmt.Fprintf(stderr, "sluice: %v\n", err)
 		return 1
@@ -319,6 +319,7 @@ func serve(ctx context.Context, f *serveFlags, hup <-chan os.Signal, log *slog.L
 		UpstreamIdleTimeout:  f.upstreamIdle,
 		GroupPolicyOverrides: f.groupOverrides,
 		IgnorePlugins:        splitList(f.ignorePlugins),
+		LookupEnv:            os.LookupEnv,
 		Shared:               gateway.NewShared(policy.RegistryOptions{Logger: log, OnRedisState: metrics.RedisStateChanged}),
 	}
 	defer opts.Shared.Close()

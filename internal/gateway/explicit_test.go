@@ -38,7 +38,7 @@ services:
 	if err := g.Validate([]byte(cfg)); err != nil {
 		t.Fatalf("with IgnorePlugins: %v", err)
 	}
-	for _, name := range []string{"basic-auth", "jwt", "acl", "ip-restriction", "openid-connect"} {
+	for _, name := range []string{"hmac-auth", "oauth2", "ldap-auth", "ip-restriction", "openid-connect"} {
 		if _, err := New(Options{IgnorePlugins: []string{name}}); err == nil || !strings.Contains(err.Error(), "open") {
 			t.Errorf("IgnorePlugins %s: %v, want a refusal", name, err)
 		}

@@ -103,6 +103,10 @@ type Options struct {
 	UpstreamIdleTimeout time.Duration
 	// Now returns the time used for decisions; nil means time.Now.
 	Now func() time.Time
+	// LookupEnv resolves the environment references of a configuration:
+	// decK's ${{ env "DECK_X" }} and Kong's {vault://env/NAME}. Nil
+	// resolves none, so a configuration using one is rejected.
+	LookupEnv kongconf.LookupEnv
 	// GroupPolicyOverrides reads rate-limiting-advanced entries under
 	// consumer_groups[].plugins as legacy consumer-group overrides (decK's
 	// --consumer-group-policy-overrides, Kong <= 3.3) instead of 3.4+
@@ -350,14 +354,14 @@ func (g *Gateway) Load(data []byte, source string) error {
 }
 
 func (g *Gateway) build(data []byte, source string) (*generation, error) {
-	cfg, errs := kongconf.Decode(data)
+	cfg, errs := kongconf.DecodeWith(data, kongconf.DecodeOptions{LookupEnv: g.opts.LookupEnv})
 	if cfg == nil {
 		return nil, errs
 	}
 	var insts []*instance
 	var closers []io.Closer
 	var overrides map[string]*policy.OverrideConfig
-	if g.opts.GroupPolicyOverrides {
+	if g.opts.GroupPolicyOverrides || cfg.Info.ConsumerGroupPolicyOverrides {
 		overrides = map[string]*policy.OverrideConfig{}
 		for _, p := range cfg.Plugins {
 			if p.ConsumerGroup == nil || p.Name != "rate-limiting-advanced" || p.Config == nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/seed-008287da/sluice/internal/gateway/clientip"
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+	"github.com/seed-008287da/sluice/internal/gateway/router"
 )
 
 // handle runs one request: match a route, run its plugins' access phase,
@@ -61,8 +62,18 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	x.ClientIP = g.opts.ClientIP.Resolve(peer, values, proxied)
+	var ok bool
 
-	m, ok := gen.router.Match(methodString(ctx.Method()), string(ctx.Host()), x.path, &ctx.Request.Header)
+	var m router.Match
+	if ctx.IsTLS() {
+		sni := ""
+		if cs := ctx.TLSConnectionState(); cs != nil {
+			sni = cs.ServerName
+		}
+		m, ok = gen.router.MatchTLS(methodString(ctx.Method()), string(ctx.Host()), x.path, sni, &ctx.Request.Header)
+	} else {
+		m, ok = gen.router.Match(methodString(ctx.Method()), string(ctx.Host()), x.path, &ctx.Request.Header)
+	}
 	if !ok {
 		x.RespondError(fasthttp.StatusNotFound, "no Route matched with those values")
 		return

@@ -88,15 +88,15 @@ func newKeyAuth(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 	k.authHeader = `Key realm="` + k.realm + `"`
 	for _, con := range env.Config.Consumers {
 		for _, cr := range con.KeyAuthKeys {
-			k.byKey[cr.Key] = keyOwner{con, cr.ID}
-		}
-		if c.Anonymous != "" && (con.ID == c.Anonymous || con.Username == c.Anonymous) {
-			k.anonymous = con
+			if cr.Key != "" {
+				k.byKey[cr.Key] = keyOwner{con, cr.ID}
+			}
 		}
 	}
-	if c.Anonymous != "" && k.anonymous == nil {
-		errs = append(errs, field.Error{Path: "config.anonymous", Message: fmt.Sprintf("no consumer %q", c.Anonymous)})
-	}
+	anon, aerrs := anonymousConsumer(env.Config, c.Anonymous)
+	k.anonymous = anon
+	errs = append(errs, aerrs...)
+	errs = append(errs, noConsumerScope(env)...)
 	if len(errs) > 0 {
 		return nil, errs
 	}
@@ -106,6 +106,9 @@ func newKeyAuth(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 func (k *keyAuth) Access(x *Exchange) error {
 	if !k.preflight && x.Method() == "OPTIONS" {
 		return nil
+	}
+	if k.anonymous != nil && x.Credential != "" {
+		return nil // authenticated by an earlier auth plugin: logical OR
 	}
 	var key, name string
 	inHeader, dup := false, false
@@ -125,7 +128,7 @@ func (k *keyAuth) Access(x *Exchange) error {
 	}
 	fail := func(msg string) {
 		if k.anonymous != nil {
-			k.authenticate(x, k.anonymous, "", true)
+			authenticate(x, "key-auth", k.anonymous, "", "")
 			return
 		}
 		x.SetResponseHeader("WWW-Authenticate", k.authHeader)
@@ -152,40 +155,6 @@ func (k *keyAuth) Access(x *Exchange) error {
 			x.DelQuery(name)
 		}
 	}
-	k.authenticate(x, owner.consumer, owner.credID, false)
+	authenticate(x, "key-auth", owner.consumer, owner.credID, owner.credID)
 	return nil
-}
-
-// authenticate sets the consumer and the upstream headers Kong sets.
-func (k *keyAuth) authenticate(x *Exchange, c *kongconf.Consumer, credID string, anonymous bool) {
-	x.Consumer, x.Credential = c, credID
-	h := &x.ctx.Request.Header
-	h.Set("X-Consumer-ID", c.ID)
-	setOrDel(h.Set, h.Del, "X-Consumer-Custom-ID", c.CustomID)
-	setOrDel(h.Set, h.Del, "X-Consumer-Username", c.Username)
-	setOrDel(h.Set, h.Del, "X-Credential-Identifier", credID)
-	if len(c.Groups) > 0 {
-		names := make([]string, len(c.Groups))
-		for i, g := range c.Groups {
-			names[i] = g.Name
-		}
-		h.Set("X-Consumer-Groups", strings.Join(names, ", "))
-	} else {
-		h.Del("X-Consumer-Groups")
-	}
-	if anonymous {
-		h.Set("X-Anonymous-Consumer", "true")
-		x.Outcome("key-auth", "anonymous")
-	} else {
-		h.Del("X-Anonymous-Consumer")
-		x.Outcome("key-auth", "authenticated")
-	}
-}
-
-func setOrDel(set func(k, v string), del func(k string), name, v string) {
-	if v == "" {
-		del(name)
-		return
-	}
-	set(name, v)
 }

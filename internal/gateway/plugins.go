@@ -5,7 +5,10 @@ import "github.com/seed-008287da/sluice/policy"
 // Kong plugin priorities (PRIORITY in each handler) for the plugins sluice
 // implements. Higher runs first.
 const (
+	PriorityJWT                = 1450
 	PriorityKeyAuth            = 1250
+	PriorityBasicAuth          = 1100
+	PriorityACL                = 950
 	PriorityDimensions         = policy.PriorityDimensions
 	PriorityRateLimitingAdv    = policy.PriorityRateLimiting
 	PriorityRateLimiting       = policy.PriorityRateLimiting
@@ -16,7 +19,10 @@ const (
 // DefaultPlugins returns every plugin sluice ships.
 func DefaultPlugins() []PluginFactory {
 	return []PluginFactory{
+		{Name: "jwt", Priority: PriorityJWT, New: newJWT},
 		{Name: "key-auth", Priority: PriorityKeyAuth, New: newKeyAuth},
+		{Name: "basic-auth", Priority: PriorityBasicAuth, New: newBasicAuth},
+		{Name: "acl", Priority: PriorityACL, New: newACL},
 		{Name: "sluice-dimensions", Priority: PriorityDimensions, New: newSluiceDimensions},
 		{Name: "rate-limiting-advanced", Priority: PriorityRateLimitingAdv, New: newRateLimitingAdvanced},
 		{Name: "rate-limiting", Priority: PriorityRateLimiting, New: newRateLimitingBasic},

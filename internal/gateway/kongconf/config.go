@@ -46,7 +46,10 @@ func (e Errors) FieldErrors() []field.Error { return e }
 // the file; nested routes and plugins are listed with the top-level ones,
 // linked to their parents.
 type Config struct {
+	// FormatVersion is _format_version as written ("1.1", "2.1" or "3.0");
+	// the routes of older versions are read as Kong migrates them.
 	FormatVersion  string
+	Info           Info
 	Services       []*Service
 	Routes         []*Route
 	Consumers      []*Consumer
@@ -106,9 +109,15 @@ type Route struct {
 	// Hosts are lower case, optionally with a leading "*." or trailing ".*"
 	// wildcard, and an optional port.
 	Hosts []string
-	// Headers maps lower-case header names to the values (any case) one of
-	// which the request must send.
-	Headers       map[string][]string
+	// Headers maps lower-case header names to the values one of which the
+	// request must send: compared in any case, or, for a value starting
+	// with "~*", a regular expression found in the lower-cased value
+	// (Kong lower-cases the expression too).
+	Headers map[string][]string
+	// SNIs are lower-case TLS server names; on a TLS request one must be
+	// the requested name, while plain HTTP requests match without one, as
+	// in Kong.
+	SNIs          []string
 	StripPath     bool
 	PreserveHost  bool
 	Protocols     []string
@@ -129,6 +138,13 @@ type Consumer struct {
 	CustomID string
 	// KeyAuthKeys are the consumer's key-auth credentials.
 	KeyAuthKeys []Credential
+	// BasicAuth are its basic-auth credentials (basicauth_credentials).
+	BasicAuth []BasicAuthCredential
+	// JWTSecrets are its jwt credentials (jwt_secrets).
+	JWTSecrets []JWTSecret
+	// ACLs are the acl plugin's group names of the consumer (acls), in
+	// file order. They are not consumer groups.
+	ACLs []ACL
 	// Groups are the consumer groups it belongs to, sorted by name.
 	Groups []*ConsumerGroup
 	Tags   []string
@@ -138,6 +154,53 @@ type Consumer struct {
 type Credential struct {
 	ID  string
 	Key string
+	// TTL is the credential's ttl in seconds, 0 when unset. Kong does not
+	// apply it to a declarative configuration (DB-less), and neither does
+	// sluice: the key stays valid.
+	TTL  int
+	Tags []string
+
+	where string
+}
+
+// A BasicAuthCredential is one basic-auth username and password.
+type BasicAuthCredential struct {
+	ID       string
+	Username string
+	// PasswordHash is Kong's stored form: the hex SHA-1 of the password
+	// followed by the consumer's id. A plain password in the file is
+	// hashed so (_transform: true, the default); with _transform: false
+	// the file holds the hash.
+	PasswordHash string
+	Tags         []string
+
+	where string
+}
+
+// A JWTSecret is one jwt credential: the key the token's key claim names,
+// and the HMAC secret or public key (PEM) that verifies its signature.
+type JWTSecret struct {
+	ID  string
+	Key string
+	// Algorithm is the only "alg" accepted, HS256 by default.
+	Algorithm string
+	// Secret is the HMAC secret (HS256, HS384, HS512), "" when unset.
+	Secret string
+	// RSAPublicKey is the PEM public key of the other algorithms (Kong's
+	// field name, for EC and Ed25519 keys too), "" when unset.
+	RSAPublicKey string
+	Tags         []string
+
+	where string
+}
+
+// An ACL puts a consumer in a group of the acl plugin.
+type ACL struct {
+	ID    string
+	Group string
+	Tags  []string
+
+	where string
 }
 
 // A ConsumerGroup groups consumers so that plugins can be scoped to them.

@@ -23,25 +23,47 @@ import (
 // it could be built together with every problem found, so that later
 // checks (plugin configs) can add theirs to the same list; the model is
 // valid only when the list is empty. cfg is nil only when the document
-// could not be read at all.
+// could not be read at all. References to environment variables are
+// errors: DecodeWith resolves them.
 func Decode(data []byte) (*Config, Errors) {
-	var doc any
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	return DecodeWith(data, DecodeOptions{})
+}
+
+// DecodeOptions are the inputs of DecodeWith besides the document.
+type DecodeOptions struct {
+	// LookupEnv resolves decK's ${{ env "DECK_X" }} substitutions and Kong
+	// env-vault references ({vault://env/NAME}); nil resolves none, so
+	// that every reference is an error naming its field.
+	LookupEnv LookupEnv
+}
+
+// DecodeWith is Decode with references resolved through opts.LookupEnv.
+// A reference that cannot be resolved is an error at its field; it is
+// never used as the literal value.
+func DecodeWith(data []byte, opts DecodeOptions) (*Config, Errors) {
+	var node yaml.Node
+	if err := yaml.Unmarshal(data, &node); err != nil {
 		return nil, yamlErrors(err)
+	}
+	refErrs := &errList{}
+	resolveRefs(&node, "", opts.LookupEnv, refErrs)
+	var doc any
+	if len(node.Content) > 0 {
+		if err := node.Decode(&doc); err != nil {
+			return nil, yamlErrors(err)
+		}
 	}
 	if doc == nil {
 		return nil, Errors{{Message: "empty configuration"}}
 	}
 	p := &parser{errs: &errList{}}
-	tree := normalize(doc)
+	tree := dropNulls(normalize(doc))
 	root := asObj(tree, "", p.errs)
 	if root == nil {
-		return nil, p.errs.list
+		return nil, append(p.errs.list, refErrs.list...)
 	}
 	cfg := p.parse(root)
-	refs := Errors{}
-	unresolvedRefs(tree, &refs)
-	return cfg, append(p.errs.list, refs...)
+	return cfg, append(p.errs.list, refErrs.list...)
 }
 
 // yamlErrors turns the YAML reader's error into one error per problem,
@@ -110,17 +132,7 @@ type pendingPlugin struct {
 }
 
 func (p *parser) parse(root *obj) *Config {
-	v := root.str("_format_version")
-	switch {
-	case !root.has("_format_version"):
-		p.errs.add("_format_version", "required field missing (want \"3.0\")")
-	case v != "3.0":
-		p.errs.add("_format_version", "unsupported version %q (want \"3.0\")", v)
-	}
-	p.cfg.FormatVersion = v
-	if root.has("_transform") && !root.boolean("_transform", true) {
-		p.errs.add("_transform", "only true is supported")
-	}
+	p.meta(root)
 	for i, v := range root.list("services") {
 		p.service(v, index("services", i))
 	}
@@ -136,6 +148,7 @@ func (p *parser) parse(root *obj) *Config {
 	for i, v := range root.list("plugins") {
 		p.plugin(v, index("plugins", i), scope{})
 	}
+	p.topCredentials(root)
 	root.finish()
 	p.resolve()
 	p.checkUnique()
@@ -158,6 +171,7 @@ func (p *parser) service(v any, path string) {
 	if o == nil {
 		return
 	}
+	timestamps(o)
 	s := &Service{
 		ID:      o.str("id"),
 		Name:    o.str("name"),
@@ -247,6 +261,7 @@ func (p *parser) route(v any, path string, svc *Service) {
 	if o == nil {
 		return
 	}
+	timestamps(o)
 	r := &Route{
 		ID:                      o.str("id"),
 		Name:                    o.str("name"),
@@ -325,7 +340,11 @@ func (p *parser) route(v any, path string, svc *Service) {
 				case !ok:
 					p.errs.add(index(np, i), "expected a string, got %s", typeName(v))
 				case strings.HasPrefix(sv, "~*"):
-					p.errs.add(index(np, i), "regex header values are not supported")
+					if _, err := regexp.Compile(strings.ToLower(sv[2:])); err != nil {
+						p.errs.add(index(np, i), "invalid regex %q: %v", sv[2:], err)
+						continue
+					}
+					fallthrough
 				default:
 					if r.Headers == nil {
 						r.Headers = map[string][]string{}
@@ -350,8 +369,28 @@ func (p *parser) route(v any, path string, svc *Service) {
 			p.errs.add(index(o.field("protocols"), i), "unsupported protocol %q (want http or https)", pr)
 		}
 	}
-	if len(r.Paths) == 0 && len(r.Methods) == 0 && len(r.Hosts) == 0 && len(r.Headers) == 0 {
-		p.errs.add(path, "must set one of 'methods', 'hosts', 'headers', 'paths'")
+	r.SNIs = strings2lower(o.strList("snis"))
+	for i, sn := range r.SNIs {
+		if !validSNI(sn) {
+			p.errs.add(index(o.field("snis"), i), "invalid SNI %q (want a host name, optionally with a leading *.)", sn)
+		}
+	}
+	https := contains(r.Protocols, "https")
+	if len(r.SNIs) > 0 && !https {
+		p.errs.add(o.field("snis"), "'snis' can only be set when 'protocols' is 'grpcs', 'https', 'tls', 'tls_passthrough', or 'wss'")
+	}
+	// Stream routing fields: Kong rejects them on http and https routes,
+	// the only protocols sluice serves.
+	for _, f := range []string{"sources", "destinations"} {
+		if l := o.list(f); len(l) > 0 {
+			p.errs.add(o.field(f), "cannot set '%s' when 'protocols' is 'http' or 'https'", f)
+		}
+	}
+	switch {
+	case https && len(r.Paths) == 0 && len(r.Methods) == 0 && len(r.Hosts) == 0 && len(r.Headers) == 0 && len(r.SNIs) == 0:
+		p.errs.add(path, "must set one of 'methods', 'hosts', 'headers', 'paths', 'snis' when 'protocols' is 'https'")
+	case !https && len(r.Paths) == 0 && len(r.Methods) == 0 && len(r.Hosts) == 0 && len(r.Headers) == 0:
+		p.errs.add(path, "must set one of 'methods', 'hosts', 'headers', 'paths' when 'protocols' is 'http'")
 	}
 	if r.ID == "" {
 		key := r.Name
@@ -365,6 +404,23 @@ func (p *parser) route(v any, path string, svc *Service) {
 		p.plugin(pl, index(o.field("plugins"), i), scope{route: r})
 	}
 	o.finish()
+}
+
+// timestamps accepts the created_at and updated_at every Kong entity may
+// carry (Unix seconds); sluice has no use for them.
+func timestamps(o *obj) {
+	o.integer("created_at", 0, 0, 1<<53)
+	o.integer("updated_at", 0, 0, 1<<53)
+}
+
+// validSNI reports whether s is a host name (no port, no address) with an
+// optional leading wildcard label.
+func validSNI(s string) bool {
+	name := strings.TrimPrefix(s, "*.")
+	if name == "" || net.ParseIP(name) != nil || strings.ContainsAny(name, ":*") {
+		return false
+	}
+	return validHost(name)
 }
 
 func validHost(h string) bool {
@@ -396,6 +452,7 @@ func (p *parser) consumer(v any, path string) {
 	if o == nil {
 		return
 	}
+	timestamps(o)
 	c := &Consumer{
 		ID:       o.str("id"),
 		Username: o.str("username"),
@@ -404,23 +461,6 @@ func (p *parser) consumer(v any, path string) {
 	}
 	if c.Username == "" && c.CustomID == "" {
 		p.errs.add(path, "at least one of these fields must be non-empty: 'custom_id', 'username'")
-	}
-	for i, kv := range o.list("keyauth_credentials") {
-		kp := index(o.field("keyauth_credentials"), i)
-		ko := asObj(kv, kp, p.errs)
-		if ko == nil {
-			continue
-		}
-		cr := Credential{ID: ko.str("id"), Key: ko.str("key")}
-		ko.strList("tags")
-		if cr.Key == "" {
-			p.errs.add(ko.field("key"), "required field missing")
-		}
-		if cr.ID == "" {
-			cr.ID = p.genID("keyauth_credential", cr.Key)
-		}
-		c.KeyAuthKeys = append(c.KeyAuthKeys, cr)
-		ko.finish()
 	}
 	for i, g := range o.list("groups") {
 		gp := index(o.field("groups"), i)
@@ -436,6 +476,7 @@ func (p *parser) consumer(v any, path string) {
 		}
 		c.ID = p.genID("consumer", key)
 	}
+	p.credentials(c, o)
 	p.cfg.Consumers = append(p.cfg.Consumers, c)
 	for i, pl := range o.list("plugins") {
 		p.plugin(pl, index(o.field("plugins"), i), scope{consumer: c})
@@ -471,6 +512,7 @@ func (p *parser) group(v any, path string) {
 	if o == nil {
 		return
 	}
+	timestamps(o)
 	g := &ConsumerGroup{ID: o.str("id"), Name: o.str("name"), Tags: o.strList("tags")}
 	if g.Name == "" {
 		p.errs.add(o.field("name"), "required field missing")
@@ -504,6 +546,7 @@ func (p *parser) plugin(v any, path string, sc scope) {
 	if o == nil {
 		return
 	}
+	timestamps(o)
 	pl := &Plugin{
 		ID:            o.str("id"),
 		Name:          o.str("name"),
@@ -693,6 +736,17 @@ func (p *parser) checkUnique() {
 		}
 		seen[k] = path
 	}
+	onceSecret := func(kind, key, path string) {
+		if key == "" {
+			return
+		}
+		k := kind + "\x00" + key
+		if prev, ok := seen[k]; ok {
+			p.errs.add(path, "duplicate %s (also at %s)", kind, prev)
+			return
+		}
+		seen[k] = path
+	}
 	for i, s := range p.cfg.Services {
 		once("service id", s.ID, index("services", i))
 		once("service name", s.Name, index("services", i))
@@ -706,8 +760,21 @@ func (p *parser) checkUnique() {
 		once("consumer id", c.ID, at)
 		once("consumer username", c.Username, at)
 		once("consumer custom_id", c.CustomID, at)
-		for j, k := range c.KeyAuthKeys {
-			once("key-auth key", k.Key, index(at+".keyauth_credentials", j))
+		for _, k := range c.KeyAuthKeys {
+			// The key is a secret: the message names where, not what.
+			onceSecret("key-auth key", k.Key, k.where)
+			once("key-auth credential id", k.ID, k.where)
+		}
+		for _, b := range c.BasicAuth {
+			once("basic-auth username", b.Username, b.where)
+			once("basic-auth credential id", b.ID, b.where)
+		}
+		for _, s := range c.JWTSecrets {
+			once("jwt key", s.Key, s.where)
+			once("jwt secret id", s.ID, s.where)
+		}
+		for _, a := range c.ACLs {
+			once("acl id", a.ID, a.where)
 		}
 	}
 	for i, g := range p.cfg.ConsumerGroups {

@@ -1,24 +1,203 @@
 package kongconf
 
 import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 
-	"github.com/seed-008287da/sluice/policy/field"
+	"go.yaml.in/yaml/v3"
 )
 
-// unresolvedRefs reports every string of the document that is a Kong vault
-// reference ({vault://env/NAME}) or a decK environment substitution
-// (${{ env "DECK_X" }}): sluice resolves neither yet, and using one as the
-// literal value (a key, a password, a host) would be a silent difference.
-func unresolvedRefs(doc any, out *Errors) {
-	walkLeaves(doc, "", func(path string, v any) {
-		s, ok := v.(string)
-		switch {
-		case !ok:
-		case strings.HasPrefix(strings.TrimSpace(s), "{vault://"):
-			*out = append(*out, field.Error{Path: path, Message: "a Kong vault reference: sluice does not resolve vault references yet, and will not use one as a literal value"})
-		case strings.Contains(s, "${{"):
-			*out = append(*out, field.Error{Path: path, Message: "a decK environment substitution: sluice does not resolve it yet (render the file with deck file render first), and will not use it as a literal value"})
+// LookupEnv returns the value of an environment variable and whether it is
+// set, as os.LookupEnv does.
+type LookupEnv func(name string) (string, bool)
+
+// deckTemplate is one decK substitution: ${{ env "DECK_X" }}, optionally
+// piped to toInt, toBool or toFloat.
+var deckTemplate = regexp.MustCompile(`\$\{\{\s*(.*?)\s*\}\}`)
+
+var deckEnvCall = regexp.MustCompile(`^env\s+"([^"]*)"\s*(?:\|\s*(toInt|toBool|toFloat)\s*)?$`)
+
+// resolveRefs replaces, in every scalar value under n, decK's environment
+// substitutions and Kong env-vault references by their values, recording
+// each one that cannot be resolved at its field path. A plain (unquoted)
+// scalar that was a single substitution is typed again from its value, as
+// decK's rendering of the file text before parsing it gives.
+func resolveRefs(n *yaml.Node, path string, env LookupEnv, errs *errList) {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			resolveRefs(c, path, env, errs)
 		}
-	})
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			resolveRefs(c, index(path, i), env, errs)
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			kp := join(path, k.Value)
+			if strings.Contains(k.Value, "${{") {
+				errs.add(kp, "a decK environment substitution in a field name is not supported")
+			}
+			resolveRefs(n.Content[i+1], kp, env, errs)
+		}
+	case yaml.AliasNode:
+		// resolved where the anchor is
+	case yaml.ScalarNode:
+		resolveScalar(n, path, env, errs)
+	}
+}
+
+func resolveScalar(n *yaml.Node, path string, env LookupEnv, errs *errList) {
+	v := n.Value
+	if strings.Contains(v, "${{") {
+		whole := false
+		if loc := deckTemplate.FindStringIndex(v); loc != nil && loc[0] == 0 && loc[1] == len(v) {
+			whole = true
+		}
+		failed := false
+		out := deckTemplate.ReplaceAllStringFunc(v, func(t string) string {
+			inner := deckTemplate.FindStringSubmatch(t)[1]
+			s, err := deckEnv(inner, env)
+			if err != nil {
+				errs.add(path, "%s", err)
+				failed = true
+			}
+			return s
+		})
+		if !failed && strings.Count(v, "${{") != len(deckTemplate.FindAllString(v, -1)) {
+			errs.add(path, "an unterminated decK substitution (want ${{ env \"DECK_NAME\" }})")
+			failed = true
+		}
+		if failed {
+			n.Value = ""
+			return
+		}
+		n.Value = out
+		if whole && n.Style == 0 && (n.Tag == "" || n.Tag == "!!str" || n.Tag == "!!int" || n.Tag == "!!bool" || n.Tag == "!!float" || n.Tag == "!!null") {
+			n.Tag = "" // typed again from the substituted text
+		}
+		v = out
+	}
+	if isVaultRef(v) {
+		s, err := vaultEnv(v, env)
+		if err != nil {
+			errs.add(path, "%s", err)
+			n.Value = ""
+			return
+		}
+		n.Value, n.Tag, n.Style = s, "!!str", yaml.DoubleQuotedStyle
+	}
+}
+
+// deckEnv evaluates the inside of one ${{ }}: env "DECK_X" and the
+// conversions decK offers, with decK's messages.
+func deckEnv(inner string, env LookupEnv) (string, error) {
+	m := deckEnvCall.FindStringSubmatch(inner)
+	if m == nil {
+		return "", fmt.Errorf("decK substitution %q is not supported: sluice resolves ${{ env \"DECK_NAME\" }}, optionally piped to toInt, toBool or toFloat", "${{ "+inner+" }}")
+	}
+	name := m[1]
+	if !strings.HasPrefix(name, "DECK_") {
+		return "", fmt.Errorf("environment variables in the state file must be prefixed with 'DECK_', found: '%s'", name)
+	}
+	var val string
+	ok := false
+	if env != nil {
+		val, ok = env(name)
+	}
+	if !ok {
+		return "", fmt.Errorf("environment variable '%s' present in state file but not set", name)
+	}
+	switch m[2] {
+	case "toInt":
+		n, err := strconv.Atoi(strings.TrimSpace(val))
+		if err != nil {
+			return "", fmt.Errorf("environment variable '%s': toInt: not an integer", name)
+		}
+		return strconv.Itoa(n), nil
+	case "toBool":
+		b, err := strconv.ParseBool(strings.TrimSpace(val))
+		if err != nil {
+			return "", fmt.Errorf("environment variable '%s': toBool: not a boolean", name)
+		}
+		return strconv.FormatBool(b), nil
+	case "toFloat":
+		f, err := strconv.ParseFloat(strings.TrimSpace(val), 64)
+		if err != nil {
+			return "", fmt.Errorf("environment variable '%s': toFloat: not a number", name)
+		}
+		return strconv.FormatFloat(f, 'f', -1, 64), nil
+	}
+	return val, nil
+}
+
+// isVaultRef is Kong's test for a vault reference: a string that starts
+// with "{vault://" and ends with "}".
+func isVaultRef(s string) bool {
+	return len(s) > len("{vault://") && strings.HasPrefix(s, "{vault://") && strings.HasSuffix(s, "}")
+}
+
+// vaultEnv resolves a Kong reference to the env vault:
+// {vault://env/<resource>[/<json-key>][?prefix=P][#version]} reads the
+// environment variable upper(P + resource) with "-" as "_" (with
+// "_PREVIOUS" appended for version 2), and with a key takes that string
+// field of the variable's JSON object value. Other vaults are an error.
+func vaultEnv(ref string, env LookupEnv) (string, error) {
+	u, err := url.Parse(ref[1 : len(ref)-1])
+	if err != nil || u.Host == "" {
+		return "", fmt.Errorf("invalid vault reference %q", ref)
+	}
+	if u.Host != "env" {
+		return "", fmt.Errorf("vault reference to the '%s' vault: sluice resolves only the env vault ({vault://env/NAME})", u.Host)
+	}
+	resource := strings.TrimPrefix(u.Path, "/")
+	if resource == "" {
+		return "", fmt.Errorf("vault reference %q has an empty path", ref)
+	}
+	key := ""
+	if parts := strings.Split(resource, "/"); len(parts) > 1 && !strings.HasSuffix(resource, "/") {
+		resource, key = strings.Join(parts[:len(parts)-1], "/"), parts[len(parts)-1]
+	}
+	version := 0
+	if u.Fragment != "" {
+		version, err = strconv.Atoi(u.Fragment)
+		if err != nil {
+			return "", fmt.Errorf("vault reference %q has an invalid version", ref)
+		}
+	}
+	q := u.Query()
+	for k := range q {
+		if k != "prefix" {
+			return "", fmt.Errorf("vault reference %q: the env vault has no option %q (only prefix)", ref, k)
+		}
+	}
+	name := strings.ToUpper(strings.ReplaceAll(q.Get("prefix")+resource, "-", "_"))
+	if version == 2 {
+		name += "_PREVIOUS"
+	}
+	var val string
+	ok := false
+	if env != nil {
+		val, ok = env(name)
+	}
+	if !ok {
+		return "", fmt.Errorf("vault reference %q: environment variable '%s' is not set", ref, name)
+	}
+	if key == "" {
+		return val, nil
+	}
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(val), &obj); err != nil {
+		return "", fmt.Errorf("vault reference %q: environment variable '%s' is not a JSON object, so it has no field %q", ref, name, key)
+	}
+	s, ok := obj[key].(string)
+	if !ok {
+		return "", fmt.Errorf("vault reference %q: the JSON secret in '%s' has no string field %q", ref, name, key)
+	}
+	return s, nil
 }

@@ -1,7 +1,7 @@
 // Package router matches requests to Kong routes by host, method and path.
 //
 // Order, as Kong's traditional_compatible router: a route matching on more
-// kinds of attribute (hosts, methods, headers, paths) wins over one matching
+// kinds of attribute (hosts, methods, headers, paths, snis) wins over one matching
 // on fewer; then routes whose hosts have no wildcard; then routes matching
 // more headers; then regex paths (by
 // regex_priority, higher first) before prefix paths (longest first); then
@@ -33,12 +33,16 @@ type entry struct {
 	hosts    []hostPattern
 	headers  []headerRule
 	methods  []string
+	snis     []string
 	priority int
 }
 
 type headerRule struct {
 	name   string
 	values []string
+	// regexps are the "~*" values compiled (lower-cased, as Kong does),
+	// matched against the lower-cased header value.
+	regexps []*regexp.Regexp
 }
 
 // A HeaderGetter returns the first value of a request header (any case),
@@ -94,8 +98,24 @@ func New(routes []*kongconf.Route) *Router {
 			attrs++
 		}
 		base := entry{route: rt, attrs: attrs, order: i, methods: rt.Methods, priority: rt.RegexPriority, plain: len(rt.Hosts) > 0}
+		if len(rt.SNIs) > 0 {
+			attrs++
+			base.snis = rt.SNIs
+		}
 		for name, vals := range rt.Headers {
-			base.headers = append(base.headers, headerRule{name, vals})
+			hr := headerRule{name: name}
+			for _, v := range vals {
+				if rx, ok := strings.CutPrefix(v, "~*"); ok {
+					re, err := regexp.Compile(strings.ToLower(rx))
+					if err != nil {
+						continue // validated by kongconf
+					}
+					hr.regexps = append(hr.regexps, re)
+					continue
+				}
+				hr.values = append(hr.values, v)
+			}
+			base.headers = append(base.headers, hr)
 		}
 		sort.Slice(base.headers, func(i, j int) bool { return base.headers[i].name < base.headers[j].name })
 		for _, h := range rt.Hosts {
@@ -185,10 +205,24 @@ func (hp *hostPattern) match(host, port string) bool {
 // h the request headers (nil matches no header rule). It reports false
 // when no route matches.
 func (r *Router) Match(method, host, path string, h HeaderGetter) (Match, bool) {
+	return r.match(method, host, path, false, "", h)
+}
+
+// MatchTLS is Match for a request that came over TLS asking for server
+// name sni ("" when the client sent none): a route with snis matches only
+// when sni is one of them.
+func (r *Router) MatchTLS(method, host, path, sni string, h HeaderGetter) (Match, bool) {
+	return r.match(method, host, path, true, strings.ToLower(sni), h)
+}
+
+func (r *Router) match(method, host, path string, tls bool, sni string, h HeaderGetter) (Match, bool) {
 	hostName, port := splitHost(host)
 	for i := range r.entries {
 		e := &r.entries[i]
 		if len(e.methods) > 0 && !contains(e.methods, method) {
+			continue
+		}
+		if tls && len(e.snis) > 0 && !contains(e.snis, sni) {
 			continue
 		}
 		if len(e.hosts) > 0 {
@@ -312,6 +346,15 @@ func matchHeaders(rules []headerRule, h HeaderGetter) bool {
 			if strings.EqualFold(v, want) {
 				ok = true
 				break
+			}
+		}
+		if !ok && len(r.regexps) > 0 {
+			lv := strings.ToLower(v)
+			for _, re := range r.regexps {
+				if re.MatchString(lv) {
+					ok = true
+					break
+				}
 			}
 		}
 		if !ok {
