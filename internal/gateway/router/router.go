@@ -99,7 +99,7 @@ func New(routes []*kongconf.Route) *Router {
 		}
 		base := entry{route: rt, attrs: attrs, order: i, methods: rt.Methods, priority: rt.RegexPriority, plain: len(rt.Hosts) > 0}
 		if len(rt.SNIs) > 0 {
-			attrs++
+			base.attrs++
 			base.snis = rt.SNIs
 		}
 		for name, vals := range rt.Headers {
