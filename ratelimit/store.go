@@ -52,6 +52,12 @@ type Request struct {
 	// per-limit states may be left out (Len 0), which lets a store skip
 	// computing them. The call is counted the same either way.
 	AllowOnly bool
+	// Peek asks for the decision this call would get, counting nothing:
+	// the store reads the counters of Key and changes none of them (it
+	// creates none either). Every store honours it; an admin "explain" or
+	// Envoy's hits_addend 0 use it. A peek's limit states report Counted
+	// as the call would have been counted.
+	Peek bool
 }
 
 // A LeaseRequest asks for one of at most Max concurrent leases on Key.

@@ -292,6 +292,9 @@ func (s *Store) decide(r *ratelimit.Request, d *ratelimit.Decision, allowOnly bo
 	if r.Now.IsZero() {
 		r.Now = time.Now()
 	}
+	if r.Peek {
+		return s.peek(r, d), nil
+	}
 	now := r.Now.UnixNano()
 
 	// Up to four limits are decided without allocating.

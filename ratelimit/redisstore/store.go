@@ -353,6 +353,9 @@ func (s *Store) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Decisi
 	if r.Now.IsZero() {
 		r.Now = time.Now()
 	}
+	if r.Peek {
+		return s.peek(ctx, &r)
+	}
 	s.decisions.Add(1)
 	switch {
 	case s.opts.SyncRate < 0:
