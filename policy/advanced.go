@@ -42,6 +42,12 @@ type Advanced struct {
 	errorCode  int
 	body       []byte
 	throttling Throttling
+
+	// For Info and Top (inspect.go).
+	strategy string
+	syncRate *float64
+	top      *topKeys
+	topID    string
 }
 
 // plan is one set of windows: the plugin's or a consumer-group override's.
@@ -170,6 +176,9 @@ func NewAdvanced(cfg *AdvancedConfig, reg *Registry) (*Advanced, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: building %s store of namespace %q: %w", c.Strategy, c.Namespace, err)
 	}
+	a.strategy, a.syncRate = c.Strategy, c.SyncRate
+	a.topID = "rate-limiting-advanced|" + c.Namespace
+	a.top = reg.topFor(a.topID)
 	return a, nil
 }
 
@@ -187,6 +196,7 @@ func (a *Advanced) Close() error {
 	if a.closed.Swap(true) {
 		return nil
 	}
+	a.reg.releaseTop(a.topID)
 	return a.reg.release(a.storeKey)
 }
 
@@ -350,6 +360,7 @@ func (a *Advanced) CheckAppend(ctx context.Context, r *Request, dst []Header) (R
 		}
 	}
 	a.result(&res, p, &d, now, dst)
+	a.top.record(now, key, res.Denied)
 	return res, quotaErr
 }
 

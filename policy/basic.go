@@ -53,6 +53,11 @@ type Basic struct {
 	shadow        bool
 	errorCode     int
 	body          []byte
+
+	// For Info and Top (inspect.go).
+	syncRate float64
+	top      *topKeys
+	topID    string
 }
 
 // failureBody is Kong's message when the store fails and fault_tolerant
@@ -119,6 +124,9 @@ func NewBasic(cfg *BasicConfig, scope Scope, reg *Registry) (*Basic, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy: building %s store for rate-limiting: %w", c.Policy, err)
 	}
+	b.syncRate = c.SyncRate
+	b.topID = "rate-limiting|" + b.scope[0] + "|" + b.scope[1]
+	b.top = reg.topFor(b.topID)
 	return b, nil
 }
 
@@ -135,6 +143,7 @@ func (b *Basic) Close() error {
 	if b.closed.Swap(true) {
 		return nil
 	}
+	b.reg.releaseTop(b.topID)
 	return b.reg.release(b.storeKey)
 }
 
@@ -255,7 +264,9 @@ func (b *Basic) CheckAppend(ctx context.Context, r *Request, dst []Header) (Resu
 			denied = short + i
 		}
 	}
-	return b.result(key, usage[:len(b.all)], denied, now, dst), nil
+	res := b.result(key, usage[:len(b.all)], denied, now, dst)
+	b.top.record(now, id, res.Denied)
+	return res, nil
 }
 
 // calendarCounter is the counter of one calendar period of one client.

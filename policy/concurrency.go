@@ -55,6 +55,11 @@ type Concurrency struct {
 	status   int
 	body     []byte
 	hide     bool
+
+	// For Info and Top (inspect.go).
+	strategy string
+	top      *topKeys
+	topID    string
 }
 
 // A ConcurrencyResult is the answer to one Acquire. When Allowed, set
@@ -103,7 +108,9 @@ func NewConcurrency(cfg *ConcurrencyConfig, reg *Registry) (*Concurrency, error)
 	if err != nil {
 		return nil, err
 	}
-	c.reg, c.key, c.store = reg, k, s
+	c.reg, c.key, c.store, c.strategy = reg, k, s, strategy
+	c.topID = "sluice-concurrency|" + ns
+	c.top = reg.topFor(c.topID)
 	return c, nil
 }
 
@@ -181,12 +188,21 @@ func compileConcurrency(cfg *ConcurrencyConfig) (*Concurrency, string, error) {
 }
 
 // Close gives the store back to the Registry.
-func (c *Concurrency) Close() error { return c.reg.release(c.key) }
+func (c *Concurrency) Close() error {
+	c.reg.releaseTop(c.topID)
+	return c.reg.release(c.key)
+}
 
 // Key returns the lease key of r: the identifier and its value, or the
 // client IP when r lacks the value. Gateway and Kong nodes compute the
 // same key, so on one Redis they share leases.
 func (c *Concurrency) Key(r *Request) string {
+	id, v := c.identify(r)
+	return ratelimit.Key(id, v)
+}
+
+// identify returns the identifier r is counted by and its value.
+func (c *Concurrency) identify(r *Request) (string, string) {
 	var v string
 	switch c.ident {
 	case ByConsumer:
@@ -206,9 +222,9 @@ func (c *Concurrency) Key(r *Request) string {
 		v = r.Dimension
 	}
 	if v == "" {
-		return ratelimit.Key(string(ByIP), r.ClientIP)
+		return string(ByIP), r.ClientIP
 	}
-	return ratelimit.Key(string(c.ident), v)
+	return string(c.ident), v
 }
 
 // Acquire takes a lease for r. An error means the store failed; adapters
@@ -218,12 +234,14 @@ func (c *Concurrency) Acquire(ctx context.Context, r *Request) (ConcurrencyResul
 	if now.IsZero() {
 		now = time.Now()
 	}
-	key := c.Key(r)
+	ident, v := c.identify(r)
+	key := ratelimit.Key(ident, v)
 	id := c.reg.leaseID()
 	l, err := c.store.Acquire(ctx, ratelimit.LeaseRequest{Key: key, ID: id, Max: c.max, TTL: c.ttl, Now: now})
 	if err != nil {
 		return ConcurrencyResult{}, err
 	}
+	c.top.record(now, v, !l.Allowed)
 	var res ConcurrencyResult
 	if !c.hide {
 		res.Headers = append(res.Headers, Header{hdrConcLimit, c.limitStr},

@@ -88,3 +88,18 @@ func (p *pinTable) dropNamespace(ns string) {
 	p.n.Store(int64(len(p.m)))
 	p.mu.Unlock()
 }
+
+// unpinKey deletes every pin of one key of a namespace (a reset counter).
+func (p *pinTable) unpinKey(ns, key string) {
+	if p.n.Load() == 0 {
+		return
+	}
+	p.mu.Lock()
+	for k := range p.m {
+		if k.namespace == ns && k.key == key {
+			delete(p.m, k)
+		}
+	}
+	p.n.Store(int64(len(p.m)))
+	p.mu.Unlock()
+}

@@ -39,6 +39,11 @@ type Registry struct {
 	healthMu sync.Mutex
 	degraded map[string]int
 
+	// tops holds the top-list sketches by instance identity, so that a
+	// reload that rebuilds an instance keeps its list (see topFor).
+	topMu sync.Mutex
+	tops  map[string]*topRef
+
 	// leasePrefix and leaseSeq make waiting-room lease ids unique across
 	// processes that share a Redis.
 	leasePrefix string
@@ -94,6 +99,12 @@ type RegistryOptions struct {
 	// decision whose call does not return in time is decided with local
 	// counters. Zero means the store's default (200 ms).
 	RedisTimeout time.Duration
+	// TopKeys is how many identifiers each rate-limiting instance tracks
+	// per ten seconds for its top list (see Advanced.Top): its memory is
+	// six times that many entries of about 100 bytes, whatever the
+	// traffic. Zero means DefaultTopKeys (128); a negative value keeps no
+	// top lists.
+	TopKeys int
 	// RedisTLS is the base TLS configuration of the default Redis clients
 	// when a config sets ssl: the root CAs that ssl_verify checks against
 	// (Kong's lua_ssl_trusted_certificate) and client certificates. Nil

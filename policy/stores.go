@@ -58,6 +58,7 @@ type redisHealth struct {
 	degraded bool
 	reason   string // of the fault that degraded it, "" for none
 	closed   bool
+	since    time.Time // of the last change of degraded
 }
 
 // set records the store's state; only a change, or a new fault while
@@ -79,7 +80,7 @@ func (h *redisHealth) set(degraded bool, err error) {
 		}
 		return
 	}
-	h.degraded, h.reason = degraded, reason
+	h.degraded, h.reason, h.since = degraded, reason, time.Now()
 	h.r.namespaceHealth(h.ns, degraded, err)
 }
 
@@ -207,7 +208,7 @@ func (r *Registry) redisStoreLocked(cfg RedisStoreConfig, fp string) (Store, err
 	if cfg.SyncRate >= 0 {
 		syncRate = time.Duration(cfg.SyncRate * float64(time.Second))
 	}
-	health := &redisHealth{r: r, ns: cfg.Namespace}
+	health := &redisHealth{r: r, ns: cfg.Namespace, since: time.Now()}
 	st, err := redisstore.New(rc.c, redisstore.Options{
 		Namespace:   cfg.Namespace,
 		SyncRate:    syncRate,
@@ -275,7 +276,7 @@ var _ Store = (*dialingStore)(nil)
 func newDialingStore(r *Registry, cfg RedisStoreConfig, fp string, pending <-chan dialResult) *dialingStore {
 	s := &dialingStore{r: r, cfg: cfg, fp: fp, local: memorystore.New(memorystore.Options{}),
 		stop: make(chan struct{}), done: make(chan struct{}), connected: make(chan struct{}),
-		health: &redisHealth{r: r, ns: cfg.Namespace}}
+		health: &redisHealth{r: r, ns: cfg.Namespace, since: time.Now()}}
 	go s.loop(pending)
 	return s
 }

@@ -1,0 +1,159 @@
+package policy
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+func TestAdvancedInspectExplainReset(t *testing.T) {
+	ctx := context.Background()
+	reg := newRegistry(t, RegistryOptions{})
+	a := newAdvanced(t, reg, `{"limit":[2],"window_size":[60],"namespace":"ns","identifier":"consumer","strategy":"local"}`)
+	r := &Request{Consumer: Consumer{ID: "c-1"}, ClientIP: "10.0.0.1", Now: at(10 * time.Second)}
+	for i, want := range []bool{true, true, false} {
+		res, err := a.Check(ctx, r)
+		if err != nil || res.Allowed != want {
+			t.Fatalf("check %d: allowed %v, %v; want %v", i, res.Allowed, err, want)
+		}
+	}
+	top := a.Top(r.Now, TopByDenied, 10)
+	if len(top) != 1 || top[0] != (TopEntry{Identifier: "c-1", Requests: 3, Denied: 1}) {
+		t.Fatalf("Top = %+v; want c-1 with 3 requests, 1 denied", top)
+	}
+	c, err := a.Counter(ctx, "c-1", r.Now)
+	if err != nil || len(c.Windows) != 1 {
+		t.Fatalf("Counter: %+v, %v", c, err)
+	}
+	w := c.Windows[0]
+	// Kong keeps a denied request counted (penalty).
+	if w.Current != 3 || w.Limit != 2 || w.Remaining != 0 || w.Window != 60 || w.Reset != 80 || !w.WindowStart.Equal(t0) {
+		t.Fatalf("window = %+v; want 3 of 2, none remaining, reset in 50+30 s (the excess drains)", w)
+	}
+	for range 2 {
+		ex, err := a.Explain(ctx, r)
+		if err != nil || ex.Allowed || !ex.Denied || ex.Status != 429 || ex.DeniedWindow != 60 || ex.Key != "c-1" {
+			t.Fatalf("Explain: %+v, %v; want denied by the 60 s window", ex, err)
+		}
+	}
+	if c2, _ := a.Counter(ctx, "c-1", r.Now); c2.Windows[0].Current != 3 {
+		t.Fatalf("Explain counted: current %d, want 3", c2.Windows[0].Current)
+	}
+	if err := a.Reset(ctx, "c-1", r.Now); err != nil {
+		t.Fatalf("Reset: %v", err)
+	}
+	if c, _ := a.Counter(ctx, "c-1", r.Now); !c.Empty() {
+		t.Fatalf("Counter after Reset = %+v; want empty", c)
+	}
+	if res, _ := a.Check(ctx, r); !res.Allowed {
+		t.Fatal("denied after Reset")
+	}
+	info := a.Info()
+	if info.Namespace != "ns" || info.Strategy != "local" || info.Identifier != "consumer" || len(info.Limits) != 1 ||
+		info.Limits[0] != (LimitInfo{Limit: 2, Window: 60, Name: "minute"}) || info.Store.State != "local" || info.Store.Counters != 1 {
+		t.Fatalf("Info = %+v", info)
+	}
+}
+
+func TestBasicInspectExplainReset(t *testing.T) {
+	ctx := context.Background()
+	reg := newRegistry(t, RegistryOptions{})
+	cfg, err := ParseBasic([]byte(`{"minute":2,"month":100,"limit_by":"ip","policy":"local"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewBasic(cfg, Scope{RouteID: "r-1"}, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	r := &Request{ClientIP: "10.0.0.1", Now: at(10 * time.Second)}
+	for i, want := range []bool{true, true, false} {
+		if res, err := b.Check(ctx, r); err != nil || res.Allowed != want {
+			t.Fatalf("check %d: allowed %v, %v; want %v", i, res.Allowed, err, want)
+		}
+	}
+	ex, err := b.Explain(ctx, r)
+	if err != nil || ex.Allowed || ex.DeniedWindow != 60 || len(ex.Windows) != 2 ||
+		ex.Windows[0].Current != 2 || ex.Windows[1].Current != 2 || ex.Windows[1].Name != "month" {
+		t.Fatalf("Explain: %+v, %v; want denied by the minute, 2 in the minute and the month", ex, err)
+	}
+	if top := b.Top(r.Now, TopByRequests, 1); len(top) != 1 || top[0].Identifier != "10.0.0.1" || top[0].Requests != 3 {
+		t.Fatalf("Top = %+v", top)
+	}
+	if err := b.Reset(ctx, "10.0.0.1", r.Now); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := b.Counter(ctx, "10.0.0.1", r.Now); err != nil || !c.Empty() {
+		t.Fatalf("Counter after Reset = %+v, %v", c, err)
+	}
+	if res, _ := b.Check(ctx, r); !res.Allowed {
+		t.Fatal("denied after Reset")
+	}
+}
+
+func TestConcurrencyInspectReset(t *testing.T) {
+	ctx := context.Background()
+	reg := newRegistry(t, RegistryOptions{})
+	limit := int64(1)
+	c, err := NewConcurrency(&ConcurrencyConfig{Limit: &limit, Identifier: "consumer"}, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := &Request{Consumer: Consumer{ID: "c-1"}, Now: at(0)}
+	if res, _ := c.Acquire(ctx, r); !res.Allowed {
+		t.Fatal("first lease denied")
+	}
+	if ex, err := c.Explain(ctx, r); err != nil || ex.Allowed || len(ex.Leases) != 1 || !ex.Leases[0].Expires.Equal(at(time.Minute)) {
+		t.Fatalf("Explain: %+v, %v; want denied, one lease until t0+1m", ex, err)
+	}
+	if res, _ := c.Acquire(ctx, r); res.Allowed {
+		t.Fatal("second lease allowed")
+	}
+	if top := c.Top(r.Now, TopByDenied, 5); len(top) != 1 || top[0].Identifier != "c-1" || top[0].Denied != 1 {
+		t.Fatalf("Top = %+v", top)
+	}
+	if err := c.Reset(ctx, "c-1", r.Now); err != nil {
+		t.Fatal(err)
+	}
+	if cnt, err := c.Counter(ctx, "c-1", r.Now); err != nil || !cnt.Empty() {
+		t.Fatalf("Counter after Reset = %+v, %v", cnt, err)
+	}
+	if res, _ := c.Acquire(ctx, r); !res.Allowed {
+		t.Fatal("denied after Reset")
+	}
+}
+
+// The sketch keeps every identifier with more than 1/K of the requests,
+// bounds its memory by K and forgets what is older than a minute.
+func TestTopKeysSketch(t *testing.T) {
+	tk := newTopKeys(8)
+	now := at(0)
+	for i := range 1000 {
+		tk.record(now, fmt.Sprint("cold-", i), false) // 1000 distinct, once each
+		if i%4 == 0 {
+			tk.record(now, "hot", true)
+		}
+	}
+	top := tk.top(now, TopByRequests, 3)
+	if len(top) == 0 || top[0].Identifier != "hot" || top[0].Requests-top[0].Error > 250 || top[0].Requests < 250 {
+		t.Fatalf("top = %+v; want hot first, with 250 requests within its error", top)
+	}
+	if d := tk.top(now, TopByDenied, 10); len(d) != 1 || d[0].Identifier != "hot" {
+		t.Fatalf("top by denied = %+v; want hot only", d)
+	}
+	for i := range tk.buckets {
+		if len(tk.buckets[i].heap) > 8 {
+			t.Fatalf("bucket %d holds %d entries, want at most 8", i, len(tk.buckets[i].heap))
+		}
+	}
+	if later := tk.top(now.Add(time.Minute), TopByRequests, 3); len(later) != 0 {
+		t.Fatalf("a minute later: %+v; want nothing", later)
+	}
+	tk.record(now.Add(59*time.Second), "hot", false)
+	if got := tk.top(now.Add(59*time.Second), TopByRequests, 1); got[0].Identifier != "hot" || got[0].Requests < 251 {
+		t.Fatalf("59 s later: %+v; want hot with both buckets", got)
+	}
+}

@@ -1,0 +1,208 @@
+package policy
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Heavy hitters. Every rate-limiting instance counts the identifiers it
+// decides in a space-saving sketch (Metwally, Agrawal and El Abbadi,
+// "Efficient computation of frequent and top-k elements in data
+// streams", 2005): at most K identifiers are tracked; a new identifier
+// when K are tracked replaces the one with the fewest requests and
+// inherits its count, which is then an overestimate by at most that
+// count (Error). Any identifier with more than 1/K of the requests is
+// always tracked, so the heaviest ones are never missed. Denials are
+// counted beside requests, and an identifier denied often is requested
+// often, so it is tracked too.
+//
+// The last minute is six buckets of ten seconds: a top list sums the
+// current bucket and the five before it. Memory is fixed by K
+// (RegistryOptions.TopKeys), never by traffic: six buckets of K entries
+// per instance.
+
+// topBuckets and topBucketLen make the window a top list covers.
+const (
+	topBuckets   = 6
+	topBucketLen = 10 * time.Second
+	// DefaultTopKeys is the default RegistryOptions.TopKeys.
+	DefaultTopKeys = 128
+)
+
+// A TopEntry is one identifier of a top list.
+type TopEntry struct {
+	// Identifier is the counter key, as Inspect and Reset take it.
+	Identifier string `json:"identifier"`
+	// Requests and Denied are the decisions of the last minute.
+	Requests int64 `json:"requests"`
+	Denied   int64 `json:"denied"`
+	// Error bounds the overestimate: the true counts are at least
+	// Requests-Error and Denied-Error.
+	Error int64 `json:"error"`
+}
+
+// topKeys is one instance's sketch. It is safe for concurrent use.
+type topKeys struct {
+	mu      sync.Mutex
+	k       int
+	buckets [topBuckets]topBucket
+}
+
+type topBucket struct {
+	epoch int64 // Unix time / topBucketLen; 0 for an unused bucket
+	idx   map[string]int32
+	heap  []TopEntry // a min-heap by Requests
+}
+
+func newTopKeys(k int) *topKeys {
+	if k < 0 {
+		return nil
+	}
+	if k == 0 {
+		k = DefaultTopKeys
+	}
+	return &topKeys{k: k}
+}
+
+// record counts one decision for key at now. A nil sketch records
+// nothing.
+func (t *topKeys) record(now time.Time, key string, denied bool) {
+	if t == nil {
+		return
+	}
+	epoch := now.UnixNano() / int64(topBucketLen)
+	var d int64
+	if denied {
+		d = 1
+	}
+	t.mu.Lock()
+	b := &t.buckets[epoch%topBuckets]
+	if b.epoch != epoch {
+		b.epoch = epoch
+		if b.idx == nil {
+			b.idx = make(map[string]int32, t.k)
+		} else {
+			clear(b.idx)
+		}
+		b.heap = b.heap[:0]
+	}
+	if i, ok := b.idx[key]; ok {
+		e := &b.heap[i]
+		e.Requests++
+		e.Denied += d
+		b.down(int(i))
+		t.mu.Unlock()
+		return
+	}
+	key = strings.Clone(key) // it may alias a request buffer
+	if len(b.heap) < t.k {
+		b.heap = append(b.heap, TopEntry{Identifier: key, Requests: 1, Denied: d})
+		b.idx[key] = int32(len(b.heap) - 1)
+		b.up(len(b.heap) - 1)
+		t.mu.Unlock()
+		return
+	}
+	min := &b.heap[0]
+	delete(b.idx, min.Identifier)
+	*min = TopEntry{Identifier: key, Requests: min.Requests + 1, Denied: min.Denied + d, Error: min.Requests}
+	b.idx[key] = 0
+	b.down(0)
+	t.mu.Unlock()
+}
+
+func (b *topBucket) swap(i, j int) {
+	b.heap[i], b.heap[j] = b.heap[j], b.heap[i]
+	b.idx[b.heap[i].Identifier] = int32(i)
+	b.idx[b.heap[j].Identifier] = int32(j)
+}
+
+func (b *topBucket) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if b.heap[p].Requests <= b.heap[i].Requests {
+			return
+		}
+		b.swap(i, p)
+		i = p
+	}
+}
+
+func (b *topBucket) down(i int) {
+	n := len(b.heap)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && b.heap[r].Requests < b.heap[l].Requests {
+			m = r
+		}
+		if b.heap[i].Requests <= b.heap[m].Requests {
+			return
+		}
+		b.swap(i, m)
+		i = m
+	}
+}
+
+// TopBy orders a top list.
+type TopBy int
+
+const (
+	// TopByRequests orders by decisions, allowed or not.
+	TopByRequests TopBy = iota
+	// TopByDenied orders by denials; identifiers never denied are left out.
+	TopByDenied
+)
+
+// top returns the n heaviest identifiers of the minute before now.
+func (t *topKeys) top(now time.Time, by TopBy, n int) []TopEntry {
+	if t == nil || n <= 0 {
+		return []TopEntry{}
+	}
+	epoch := now.UnixNano() / int64(topBucketLen)
+	sum := map[string]*TopEntry{}
+	t.mu.Lock()
+	for i := range t.buckets {
+		b := &t.buckets[i]
+		if b.epoch == 0 || b.epoch > epoch || b.epoch <= epoch-topBuckets {
+			continue
+		}
+		for _, e := range b.heap {
+			s := sum[e.Identifier]
+			if s == nil {
+				s = &TopEntry{Identifier: e.Identifier}
+				sum[e.Identifier] = s
+			}
+			s.Requests += e.Requests
+			s.Denied += e.Denied
+			s.Error += e.Error
+		}
+	}
+	t.mu.Unlock()
+	out := make([]TopEntry, 0, len(sum))
+	for _, e := range sum {
+		if by == TopByDenied && e.Denied == 0 {
+			continue
+		}
+		out = append(out, *e)
+	}
+	slices.SortFunc(out, func(a, b TopEntry) int {
+		x, y := a.Requests, b.Requests
+		if by == TopByDenied {
+			x, y = a.Denied, b.Denied
+		}
+		if c := cmp.Compare(y, x); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Identifier, b.Identifier)
+	})
+	if len(out) > n {
+		out = out[:n]
+	}
+	return out
+}
