@@ -102,7 +102,8 @@ func newConcurrency(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 
 func (p *concurrency) Close() error { return p.c.Close() }
 
-func (p *concurrency) Access(x *Exchange) error {
+// request fills the exchange's policy.Request for x.
+func (p *concurrency) request(x *Exchange) *policy.Request {
 	req := &x.polReq
 	*req = policy.Request{ClientIP: x.clientIP(), CredentialID: x.Credential, Header: x.header,
 		Dimension: x.Identifier, Now: x.Now}
@@ -115,6 +116,11 @@ func (p *concurrency) Access(x *Exchange) error {
 	if x.Route != nil {
 		req.RouteID = x.Route.ID
 	}
+	return req
+}
+
+func (p *concurrency) Access(x *Exchange) error {
+	req := p.request(x)
 	res, err := p.c.Acquire(x.Context, req)
 	if err != nil {
 		// Fail open, as the rate limiters do when their store fails.

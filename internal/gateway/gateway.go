@@ -203,6 +203,7 @@ type generation struct {
 	loadedAt time.Time
 	router   *router.Router
 	chains   map[*kongconf.Route]*chain
+	insts    []*instance // enabled plugin instances, in configuration order
 	closers  []io.Closer
 	// counters caches the request counter of each (route, status), so the
 	// hot path skips the label hashing of WithLabelValues.
@@ -427,6 +428,7 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 		loadedAt: g.now(),
 		router:   router.New(cfg.Routes),
 		chains:   make(map[*kongconf.Route]*chain, len(cfg.Routes)),
+		insts:    insts,
 		closers:  closers,
 	}
 	for _, r := range cfg.Routes {

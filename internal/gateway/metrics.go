@@ -29,6 +29,7 @@ type Metrics struct {
 	redisFallback  *prometheus.GaugeVec
 	redisChanges   *prometheus.CounterVec
 	redisFault     *prometheus.GaugeVec
+	adminActions   *prometheus.CounterVec
 
 	redisMu    sync.Mutex
 	redisState map[string]redisState // by namespace
@@ -98,10 +99,14 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 			Name: "sluice_redis_fault",
 			Help: "1 while a namespace counts locally because Redis refuses its configuration, by reason (wrongpass, noauth, noperm, unknown_command, tls_name, tls_certificate).",
 		}, []string{"namespace", "reason"}),
+		adminActions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_admin_actions_total",
+			Help: "Admin API calls that change state (reset_counter), by action and outcome (ok, not_found, error).",
+		}, []string{"action", "outcome"}),
 		redisState: map[string]redisState{},
 	}
 	for _, c := range []prometheus.Collector{m.redisFallback, m.redisChanges, m.redisFault, m.requests, m.decisions, m.decisionTime, m.upstreamErrors,
-		m.inflight, m.reloads, m.generation, m.lastReload, m.storeErrors,
+		m.inflight, m.reloads, m.generation, m.lastReload, m.storeErrors, m.adminActions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("gateway: registering metrics: %w", err)

@@ -108,8 +108,10 @@ func withKongKeys(raw json.RawMessage, p *kongconf.Plugin, pluginID bool) (json.
 
 func (rl *rateLimiting) Close() error { return rl.c.Close() }
 
-func (rl *rateLimiting) Access(x *Exchange) error {
-	req := &x.polReq // reused: a policy.Request per call would escape to the heap
+// request fills the exchange's policy.Request for x (reused: a
+// policy.Request per call would escape to the heap).
+func (rl *rateLimiting) request(x *Exchange) *policy.Request {
+	req := &x.polReq
 	*req = policy.Request{
 		ClientIP:     x.clientIP(),
 		CredentialID: x.Credential,
@@ -133,6 +135,11 @@ func (rl *rateLimiting) Access(x *Exchange) error {
 			req.Groups = append(req.Groups, policy.Group{ID: g.ID, Name: g.Name})
 		}
 	}
+	return req
+}
+
+func (rl *rateLimiting) Access(x *Exchange) error {
+	req := rl.request(x)
 	res, err := rl.c.CheckAppend(x.Context, req, x.polHdr[:0])
 	if errors.Is(err, policy.ErrInvalidQuota) {
 		// Decided on the plugin's own limits; the override is at fault,

@@ -57,6 +57,7 @@ func Handler(g *gateway.Gateway, opts Options) http.Handler {
 	mux.HandleFunc("GET /config", a.getConfig)
 	mux.HandleFunc("GET /status", a.status)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.Metrics().Registry, promhttp.HandlerOpts{}))
+	a.counterRoutes(mux)
 	return newGuard(opts, mux)
 }
 

@@ -1,0 +1,152 @@
+package admin
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/seed-008287da/sluice/internal/gateway"
+	"github.com/seed-008287da/sluice/policy"
+)
+
+// The counters API (docs/admin-api.md).
+
+// maxExplainBody bounds a POST /rate-limiting/explain body.
+const maxExplainBody = 1 << 20
+
+// maxTop bounds n of GET /rate-limiting/top.
+const maxTop = 1000
+
+// pluginRef names the instance an answer is about.
+type pluginRef struct {
+	ID           string `json:"id"`
+	Name         string `json:"name"`
+	InstanceName string `json:"instance_name,omitempty"`
+}
+
+func (a *api) counterRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /rate-limiting/plugins", a.listPlugins)
+	mux.HandleFunc("GET /rate-limiting/plugins/{plugin}/counters/{identifier...}", a.getCounter)
+	mux.HandleFunc("DELETE /rate-limiting/plugins/{plugin}/counters/{identifier...}", a.deleteCounter)
+	mux.HandleFunc("POST /rate-limiting/explain", a.explain)
+	mux.HandleFunc("GET /rate-limiting/top", a.top)
+}
+
+// inspectError answers an error of the counters API.
+func inspectError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, gateway.ErrNoConfig), errors.Is(err, gateway.ErrNoPlugin):
+		writeJSON(w, http.StatusNotFound, map[string]any{"message": err.Error()})
+	case errors.Is(err, policy.ErrNotInspectable):
+		writeJSON(w, http.StatusNotImplemented, map[string]any{"message": err.Error()})
+	default:
+		// The store failed (Redis refused or did not answer).
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"message": err.Error()})
+	}
+}
+
+func (a *api) listPlugins(w http.ResponseWriter, r *http.Request) {
+	ps, err := a.g.RateLimitPlugins()
+	if err != nil {
+		inspectError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": ps})
+}
+
+func (a *api) plugin(ref string) (pluginRef, error) {
+	ps, err := a.g.RateLimitPlugins()
+	if err != nil {
+		return pluginRef{}, err
+	}
+	for _, p := range ps {
+		if p.ID == ref || (p.InstanceName != "" && p.InstanceName == ref) {
+			return pluginRef{p.ID, p.Name, p.InstanceName}, nil
+		}
+	}
+	return pluginRef{}, gateway.ErrNoPlugin
+}
+
+func (a *api) getCounter(w http.ResponseWriter, r *http.Request) {
+	ref, id := r.PathValue("plugin"), r.PathValue("identifier")
+	p, err := a.plugin(ref)
+	if err != nil {
+		inspectError(w, err)
+		return
+	}
+	c, found, err := a.g.PluginCounter(r.Context(), ref, id)
+	if err != nil {
+		inspectError(w, err)
+		return
+	}
+	if !found {
+		writeJSON(w, http.StatusNotFound, map[string]any{"message": "no counter for identifier " + quote(id) + " in plugin " + quote(ref)})
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Plugin pluginRef `json:"plugin"`
+		policy.Counter
+	}{p, c})
+}
+
+func (a *api) deleteCounter(w http.ResponseWriter, r *http.Request) {
+	ref, id := r.PathValue("plugin"), r.PathValue("identifier")
+	if err := a.g.ResetCounter(r.Context(), ref, id); err != nil {
+		inspectError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *api) explain(w http.ResponseWriter, r *http.Request) {
+	var req gateway.ExplainRequest
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxExplainBody))
+	if err == nil {
+		err = json.Unmarshal(body, &req)
+	}
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"message": "reading the request to explain: " + err.Error()})
+		return
+	}
+	ex, err := a.g.Explain(r.Context(), req)
+	var pe *gateway.ExplainError
+	switch {
+	case errors.As(err, &pe):
+		writeJSON(w, http.StatusBadRequest, map[string]any{"message": err.Error(), "field": pe.Field})
+		return
+	case err != nil:
+		inspectError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, ex)
+}
+
+func (a *api) top(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	by := policy.TopByDenied
+	switch q.Get("by") {
+	case "", "denied":
+	case "requests":
+		by = policy.TopByRequests
+	default:
+		writeJSON(w, http.StatusBadRequest, map[string]any{"message": "by: want denied or requests"})
+		return
+	}
+	n := 20
+	if s := q.Get("n"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 || v > maxTop {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"message": "n: want a whole number from 1 to " + strconv.Itoa(maxTop)})
+			return
+		}
+		n = v
+	}
+	lists, err := a.g.Top(q.Get("plugin"), by, n)
+	if err != nil {
+		inspectError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": lists})
+}

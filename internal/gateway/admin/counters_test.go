@@ -1,0 +1,150 @@
+package admin
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+const limited = `
+_format_version: "3.0"
+consumers:
+  - username: alice
+    id: 0c3f3a6e-1111-4a5b-9c8d-000000000001
+    keyauth_credentials: [{key: alice-secret-key}]
+services:
+  - name: s
+    url: UPSTREAM/v1
+    routes: [{name: r, paths: [/]}]
+    plugins:
+      - name: key-auth
+      - name: rate-limiting-advanced
+        id: 5b1f4c1e-2222-4a5b-9c8d-000000000002
+        instance_name: per-consumer
+        config: {limit: [2], window_size: [60], identifier: consumer, strategy: local, namespace: rla}
+`
+
+func doJSON(t *testing.T, method, url string, body any, out any) int {
+	t.Helper()
+	var rd *bytes.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	} else {
+		rd = bytes.NewReader(nil)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if out != nil && res.StatusCode != http.StatusNoContent {
+		if err := json.NewDecoder(res.Body).Decode(out); err != nil {
+			t.Fatalf("%s %s: decoding: %v", method, url, err)
+		}
+	}
+	return res.StatusCode
+}
+
+func TestCountersAPI(t *testing.T) {
+	_, proxy, admin, _ := setup(t, limited)
+	call := func() int {
+		req, _ := http.NewRequest("GET", proxy+"/x", nil)
+		req.Header.Set("apikey", "alice-secret-key")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	for i, want := range []int{200, 200, 429} {
+		if got := call(); got != want {
+			t.Fatalf("call %d: %d, want %d", i, got, want)
+		}
+	}
+	const consumer = "0c3f3a6e-1111-4a5b-9c8d-000000000001"
+
+	var list struct {
+		Data []map[string]any `json:"data"`
+	}
+	if code := doJSON(t, "GET", admin+"/rate-limiting/plugins", nil, &list); code != 200 || len(list.Data) != 1 ||
+		list.Data[0]["instance_name"] != "per-consumer" || list.Data[0]["namespace"] != "rla" || list.Data[0]["strategy"] != "local" {
+		t.Fatalf("GET /rate-limiting/plugins: %d %v", code, list)
+	}
+
+	var top struct {
+		Data []struct {
+			Top []map[string]any `json:"top"`
+		} `json:"data"`
+	}
+	if code := doJSON(t, "GET", admin+"/rate-limiting/top?plugin=per-consumer&by=denied&n=5", nil, &top); code != 200 ||
+		len(top.Data) != 1 || len(top.Data[0].Top) != 1 || top.Data[0].Top[0]["identifier"] != consumer || top.Data[0].Top[0]["denied"] != 1.0 {
+		t.Fatalf("GET /rate-limiting/top: %d %+v", code, top)
+	}
+
+	counter := func() map[string]any {
+		var c map[string]any
+		if code := doJSON(t, "GET", admin+"/rate-limiting/plugins/per-consumer/counters/"+consumer, nil, &c); code != 200 {
+			t.Fatalf("GET counter: %d %v", code, c)
+		}
+		return c["windows"].([]any)[0].(map[string]any)
+	}
+	if w := counter(); w["current"] != 3.0 || w["limit"] != 2.0 || w["remaining"] != 0.0 {
+		t.Fatalf("counter window = %v; want 3 of 2", w)
+	}
+
+	var ex map[string]any
+	code := doJSON(t, "POST", admin+"/rate-limiting/explain", map[string]any{
+		"method": "GET", "path": "/x", "headers": map[string][]string{"apikey": {"alice-secret-key"}}, "client_ip": "10.1.2.3",
+	}, &ex)
+	if code != 200 || ex["allowed"] != false || ex["status"] != 429.0 || ex["consumer"].(map[string]any)["name"] != "alice" {
+		t.Fatalf("explain: %d %v", code, ex)
+	}
+	plugins := ex["plugins"].([]any)
+	if len(plugins) != 2 || plugins[0].(map[string]any)["name"] != "key-auth" {
+		t.Fatalf("explain plugins = %v; want key-auth then rate-limiting-advanced", plugins)
+	}
+	rl := plugins[1].(map[string]any)["rate_limit"].(map[string]any)
+	if rl["counter_key"] != consumer || rl["allowed"] != false {
+		t.Fatalf("explain rate limit = %v", rl)
+	}
+	if strings.Contains(toJSON(ex), "alice-secret-key") {
+		t.Fatal("explain echoes the API key")
+	}
+	if w := counter(); w["current"] != 3.0 {
+		t.Fatalf("explain counted: %v", w)
+	}
+
+	if code := doJSON(t, "DELETE", admin+"/rate-limiting/plugins/5b1f4c1e-2222-4a5b-9c8d-000000000002/counters/"+consumer, nil, nil); code != 204 {
+		t.Fatalf("DELETE counter: %d", code)
+	}
+	var nf map[string]any
+	if code := doJSON(t, "GET", admin+"/rate-limiting/plugins/per-consumer/counters/"+consumer, nil, &nf); code != 404 {
+		t.Fatalf("GET counter after reset: %d %v; want 404", code, nf)
+	}
+	if got := call(); got != 200 {
+		t.Fatalf("after reset: %d, want 200", got)
+	}
+	if code := doJSON(t, "GET", admin+"/rate-limiting/plugins/nope/counters/x", nil, &nf); code != 404 {
+		t.Fatalf("unknown plugin: %d", code)
+	}
+	_, metrics := get(t, admin+"/metrics")
+	if !strings.Contains(metrics, `sluice_admin_actions_total{action="reset_counter",outcome="ok"} 1`) {
+		t.Fatal("the reset is not counted in sluice_admin_actions_total")
+	}
+}
+
+func toJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
