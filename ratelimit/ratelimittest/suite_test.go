@@ -95,10 +95,51 @@ func (s *reference) Take(_ context.Context, r ratelimit.Request) (ratelimit.Deci
 		}
 	}
 	d := storekit.Apply(&r, cs)
+	if r.Peek {
+		return d, nil
+	}
 	for i, l := range r.Limits {
 		s.counters[counterKey{r.Key, storekit.CounterID(l)}] = cs[i]
 	}
 	return d, nil
+}
+
+func (s *reference) Inspect(_ context.Context, r ratelimit.Request) ([]ratelimit.CounterState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cs := make([]storekit.Counter, len(r.Limits))
+	for i, l := range r.Limits {
+		cs[i] = s.counters[counterKey{r.Key, storekit.CounterID(l)}]
+	}
+	return storekit.States(r.Limits, cs, r.Now), nil
+}
+
+func (s *reference) Reset(_ context.Context, r ratelimit.Request) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range r.Limits {
+		delete(s.counters, counterKey{r.Key, storekit.CounterID(l)})
+	}
+	return nil
+}
+
+func (s *reference) Leases(_ context.Context, key string, now time.Time) ([]ratelimit.LeaseState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []ratelimit.LeaseState
+	for _, l := range s.leases[key] {
+		if now.Before(l.exp) {
+			out = append(out, ratelimit.LeaseState{ID: l.id, Expires: l.exp})
+		}
+	}
+	return out, nil
+}
+
+func (s *reference) ResetLeases(_ context.Context, key string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.leases, key)
+	return nil
 }
 
 func (s *reference) Acquire(_ context.Context, r ratelimit.LeaseRequest) (ratelimit.Lease, error) {
