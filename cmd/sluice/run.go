@@ -141,6 +141,7 @@ type serveFlags struct {
 	otlpEndpoint     string
 	otlpInsecure     bool
 	traceServiceName string
+	topKeys          int
 }
 
 func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
@@ -224,6 +225,7 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	str(&f.otlpEndpoint, "otlp-endpoint", os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"), "OTLP/HTTP endpoint for traces (host:port or URL); empty disables tracing")
 	boolean(&f.otlpInsecure, "otlp-insecure", true, "send traces over plain HTTP")
 	str(&f.traceServiceName, "trace-service-name", "sluice", "service.name of the traces")
+	integer(&f.topKeys, "top-keys", policy.DefaultTopKeys, "identifiers each rate-limiting plugin tracks per 10 seconds for GET /rate-limiting/top (memory: 6 x this many entries per plugin); 0 disables the top lists")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -320,7 +322,7 @@ func serve(ctx context.Context, f *serveFlags, hup <-chan os.Signal, log *slog.L
 		GroupPolicyOverrides: f.groupOverrides,
 		IgnorePlugins:        splitList(f.ignorePlugins),
 		LookupEnv:            os.LookupEnv,
-		Shared:               gateway.NewShared(policy.RegistryOptions{Logger: log, OnRedisState: metrics.RedisStateChanged}),
+		Shared:               gateway.NewShared(policy.RegistryOptions{Logger: log, OnRedisState: metrics.RedisStateChanged, TopKeys: topKeys(f.topKeys)}),
 	}
 	defer opts.Shared.Close()
 	if f.otlpEndpoint != "" {
@@ -515,4 +517,13 @@ func newTracerProvider(ctx context.Context, f *serveFlags) (*sdktrace.TracerProv
 		return nil, fmt.Errorf("otlp exporter: %w", err)
 	}
 	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(serviceResource(f.traceServiceName))), nil
+}
+
+// topKeys maps --top-keys onto policy.RegistryOptions.TopKeys, where 0
+// means the default and a negative value none.
+func topKeys(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
