@@ -267,6 +267,8 @@ type dialingStore struct {
 	health *redisHealth
 	// connected is closed once the store uses Redis.
 	connected chan struct{}
+	// opened is when the namespace was opened (see SyncTimings).
+	opened time.Time
 }
 
 var _ Store = (*dialingStore)(nil)
@@ -276,7 +278,7 @@ var _ Store = (*dialingStore)(nil)
 func newDialingStore(r *Registry, cfg RedisStoreConfig, fp string, pending <-chan dialResult) *dialingStore {
 	s := &dialingStore{r: r, cfg: cfg, fp: fp, local: memorystore.New(memorystore.Options{}),
 		stop: make(chan struct{}), done: make(chan struct{}), connected: make(chan struct{}),
-		health: &redisHealth{r: r, ns: cfg.Namespace, since: time.Now()}}
+		health: &redisHealth{r: r, ns: cfg.Namespace, since: time.Now()}, opened: time.Now()}
 	go s.loop(pending)
 	return s
 }

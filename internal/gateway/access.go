@@ -45,6 +45,13 @@ func (g *Gateway) access(x *Exchange, in *instance) error {
 		outcome = "error"
 	}
 	in.decision(g.metrics, outcome).Inc()
+	if outcome == "denied" && in.limiter {
+		var w time.Duration
+		if x.denial.plugin == in.entity.Name {
+			w = x.denial.window
+		}
+		in.denied(g.metrics, w).Inc()
+	}
 	if span != nil {
 		span.SetAttributes(attribute.String("sluice.outcome", outcome))
 		if err != nil {

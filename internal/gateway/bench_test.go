@@ -86,3 +86,72 @@ services:
 		})
 	}
 }
+
+// handleBench serves one request per iteration through the gateway's
+// handler, called in the benchmark's goroutine (no client, no server
+// loop), so that bench/instructions.sh counts the gateway's own work: the
+// route, the plugins, the proxying to a loopback upstream and the log
+// phase with its metrics.
+func handleBench(b *testing.B, path string, want int) {
+	uln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	upstream := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") }}
+	go func() { _ = upstream.Serve(uln) }()
+	defer upstream.Shutdown()
+	g, err := New(Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := g.Load([]byte(`
+_format_version: "3.0"
+services:
+  - name: s
+    url: http://`+uln.Addr().String()+`
+    routes:
+      - {name: plain, paths: [/plain]}
+      - name: rla
+        paths: [/rla]
+        plugins:
+          - name: rate-limiting-advanced
+            config: {limit: [1000000000], window_size: [60], identifier: ip, namespace: bench}
+      - name: denied
+        paths: [/denied]
+        plugins:
+          - name: rate-limiting-advanced
+            config: {limit: [1], window_size: [3600], identifier: ip, namespace: bench-denied}
+`), "bench"); err != nil {
+		b.Fatal(err)
+	}
+	var req fasthttp.Request
+	req.SetRequestURI("http://gw" + path)
+	ctx := new(fasthttp.RequestCtx)
+	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}, nil)
+	serve := func() int {
+		req.CopyTo(&ctx.Request) // the handler rewrites the request for the upstream
+		ctx.Response.Reset()
+		g.handle(ctx)
+		return ctx.Response.StatusCode()
+	}
+	if path == "/denied" {
+		serve() // the one request the limit allows
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if s := serve(); s != want {
+			b.Fatalf("status %d, want %d", s, want)
+		}
+	}
+}
+
+// BenchmarkHandlePlain: a proxied request without plugins.
+func BenchmarkHandlePlain(b *testing.B) { handleBench(b, "/plain", 200) }
+
+// BenchmarkHandleRLA: a proxied request allowed by rate-limiting-advanced
+// in memory.
+func BenchmarkHandleRLA(b *testing.B) { handleBench(b, "/rla", 200) }
+
+// BenchmarkHandleDenied: a request rate-limiting-advanced denies (429).
+func BenchmarkHandleDenied(b *testing.B) { handleBench(b, "/denied", 429) }

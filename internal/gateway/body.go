@@ -92,14 +92,20 @@ type upstreamBody struct {
 	x     *Exchange
 	start time.Time
 	once  sync.Once
+	sent  int64 // bytes read from upstream, hence sent or being sent
 }
 
-func (b *upstreamBody) Read(p []byte) (int, error) { return b.r.Read(p) }
+func (b *upstreamBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	b.sent += int64(n)
+	return n, err
+}
 
 func (b *upstreamBody) Close() error {
 	b.once.Do(func() {
 		_ = b.resp.CloseBodyStream() // an error here is the client's or upstream's going away
 		fasthttp.ReleaseResponse(b.resp)
+		b.x.streamedOut = b.sent
 		b.g.end(b.x, b.start)
 	})
 	return nil

@@ -102,6 +102,9 @@ func newConcurrency(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 
 func (p *concurrency) Close() error { return p.c.Close() }
 
+// Namespace returns the leases' namespace.
+func (p *concurrency) Namespace() string { return p.c.Namespace() }
+
 // request fills the exchange's policy.Request for x.
 func (p *concurrency) request(x *Exchange) *policy.Request {
 	req := &x.polReq

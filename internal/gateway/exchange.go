@@ -65,6 +65,8 @@ type Exchange struct {
 	plugins         []pluginOutcome
 	pluginBuf       [4]pluginOutcome // backs plugins for the usual few
 	denial          denial           // the limit that answered 429, for the access log
+	chunkedIn       int64            // bytes read of a chunked request body
+	streamedOut     int64            // bytes sent of a streamed response body; -1 while not streamed
 
 	requestID    [32]byte // RequestID's bytes, for the response header
 	requestIDLen int
@@ -101,6 +103,7 @@ func acquireExchange(pool *sync.Pool, ctx *fasthttp.RequestCtx, now time.Time, s
 	x.ctx, x.Context, x.Now = ctx, ctx, now
 	x.respHeaders = x.hdrBuf[:0]
 	x.plugins = x.pluginBuf[:0]
+	x.streamedOut = -1
 	b := strconv.AppendInt(x.requestID[:0], start.UnixNano(), 36)
 	b = append(b, '-')
 	b = strconv.AppendUint(b, seq, 36)

@@ -250,6 +250,9 @@ func New(opts Options) (*Gateway, error) {
 		g.ownShared = true
 		g.opts.Shared = NewShared(policy.RegistryOptions{Logger: g.log, OnRedisState: g.metrics.RedisStateChanged})
 	}
+	if err := newSyncMetrics(g.opts.Shared.Policy(), time.Now).register(g.metrics.Registry); err != nil {
+		return nil, fmt.Errorf("gateway: registering metrics: %w", err)
+	}
 	if g.opts.ClientIP == nil {
 		g.opts.ClientIP = &clientip.Resolver{}
 	}
@@ -409,8 +412,12 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 			closers = append(closers, c)
 		}
 		if p.Enabled {
-			insts = append(insts, &instance{entity: p, factory: f, plugin: pl, rank: r, priority: f.Priority,
-				latency: g.metrics.decisionTime.WithLabelValues(p.Name)})
+			in := &instance{entity: p, factory: f, plugin: pl, rank: r, priority: f.Priority,
+				latency: g.metrics.decisionTime.WithLabelValues(p.Name)}
+			if n, ok := pl.(namespaced); ok {
+				in.limiter, in.namespace = true, n.Namespace()
+			}
+			insts = append(insts, in)
 		}
 	}
 	if len(errs) > 0 {
@@ -432,7 +439,13 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 		closers:  closers,
 	}
 	for _, r := range cfg.Routes {
-		gen.chains[r] = buildChain(insts, r)
+		ch := buildChain(insts, r)
+		service := ""
+		if r.Service != nil {
+			service = nameOrID(r.Service.Name, r.Service.ID)
+		}
+		ch.metrics = g.metrics.routeMetrics(nameOrID(r.Name, r.ID), service)
+		gen.chains[r] = ch
 	}
 	return gen, nil
 }

@@ -79,6 +79,7 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	x.Match, x.Route, x.Service = m, m.Route, m.Route.Service
+	x.chain = gen.chains[m.Route]
 	if !routeAllowsScheme(m.Route, requestScheme(ctx, trusted)) {
 		if code := m.Route.HTTPSRedirectStatusCode; code != fasthttp.StatusUpgradeRequired {
 			x.Respond(code, "", nil)
@@ -90,7 +91,6 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 
-	x.chain = gen.chains[m.Route]
 	for _, list := range x.chain.names {
 		in := pick(list, x.Consumer)
 		if in == nil {
@@ -148,6 +148,29 @@ func (g *Gateway) end(x *Exchange, start time.Time) {
 		service = nameOrID(x.Service.Name, x.Service.ID)
 	}
 	g.requestCounter(x.gen, x.chain, x.Route, route, service, status).Inc()
+	elapsed := time.Since(start)
+	rm := g.metrics.noRoute
+	if x.chain != nil {
+		rm = x.chain.metrics
+	}
+	rm.requestTime.Observe(elapsed.Seconds())
+	if x.proxied {
+		rm.upstreamTime.Observe(x.upstreamLatency.Seconds())
+	}
+	bytesIn := x.ctx.Request.Header.ContentLength()
+	if bytesIn < 0 {
+		bytesIn = int(x.chunkedIn) // a chunked body, as far as it was read
+	}
+	bytesOut := responseBytes(&x.ctx.Response)
+	if x.streamedOut >= 0 { // a streamed body: what was sent
+		bytesOut = int(x.streamedOut)
+	}
+	if bytesIn > 0 {
+		rm.bytesIn.Add(float64(bytesIn))
+	}
+	if bytesOut > 0 {
+		rm.bytesOut.Add(float64(bytesOut))
+	}
 	g.metrics.inflight.Dec()
 	if g.opts.AccessLog {
 		attrs := []slog.Attr{
@@ -159,14 +182,14 @@ func (g *Gateway) end(x *Exchange, start time.Time) {
 			slog.Int("status", status),
 			slog.String("route", route),
 			slog.String("service", service),
-			slog.Float64("latency_ms", float64(time.Since(start).Microseconds())/1000),
+			slog.Float64("latency_ms", float64(elapsed.Microseconds())/1000),
 		}
 		if ua := x.ctx.Request.Header.UserAgent(); len(ua) > 0 {
 			attrs = append(attrs, slog.String("user_agent", string(ua)))
 		}
-		attrs = append(attrs, slog.Int("bytes_in", max(x.ctx.Request.Header.ContentLength(), 0)))
-		if n := responseBytes(&x.ctx.Response); n >= 0 {
-			attrs = append(attrs, slog.Int("bytes_out", n))
+		attrs = append(attrs, slog.Int("bytes_in", max(bytesIn, 0)))
+		if bytesOut >= 0 {
+			attrs = append(attrs, slog.Int("bytes_out", bytesOut))
 		}
 		if x.proxied {
 			attrs = append(attrs, slog.Float64("upstream_latency_ms", float64(x.upstreamLatency.Microseconds())/1000))

@@ -30,6 +30,15 @@ type Metrics struct {
 	redisChanges   *prometheus.CounterVec
 	redisFault     *prometheus.GaugeVec
 	adminActions   *prometheus.CounterVec
+	// By route and service (both bounded by the configuration, never by
+	// traffic), cached per route in each generation (see routeMetrics).
+	requestTime  *prometheus.HistogramVec
+	upstreamTime *prometheus.HistogramVec
+	bytesIn      *prometheus.CounterVec
+	bytesOut     *prometheus.CounterVec
+	denials      *prometheus.CounterVec
+	// noRoute are the children of requests no route matched.
+	noRoute *routeMetrics
 
 	redisMu    sync.Mutex
 	redisState map[string]redisState // by namespace
@@ -103,9 +112,32 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 			Name: "sluice_admin_actions_total",
 			Help: "Admin API calls that change state (reset_counter), by action and outcome (ok, not_found, error).",
 		}, []string{"action", "outcome"}),
+		requestTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_http_request_duration_seconds",
+			Help:    "Time from reading a request to the end of its response (streamed bodies included), by route and service.",
+			Buckets: latencyBuckets,
+		}, []string{"route", "service"}),
+		upstreamTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_upstream_duration_seconds",
+			Help:    "Time from sending a request upstream to receiving its response headers, by route and service (proxied requests only).",
+			Buckets: latencyBuckets,
+		}, []string{"route", "service"}),
+		bytesIn: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_http_request_body_bytes_total",
+			Help: "Request body bytes received from clients, by route and service.",
+		}, []string{"route", "service"}),
+		bytesOut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_http_response_body_bytes_total",
+			Help: "Response body bytes sent to clients, by route and service.",
+		}, []string{"route", "service"}),
+		denials: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_rate_limit_denials_total",
+			Help: "Requests a rate-limiting plugin answered with its rejection, by plugin, namespace and the window (seconds) that denied; window is empty for sluice-concurrency.",
+		}, []string{"plugin", "namespace", "window"}),
 		redisState: map[string]redisState{},
 	}
-	for _, c := range []prometheus.Collector{m.redisFallback, m.redisChanges, m.redisFault, m.requests, m.decisions, m.decisionTime, m.upstreamErrors,
+	m.noRoute = m.routeMetrics("", "")
+	for _, c := range []prometheus.Collector{m.requestTime, m.upstreamTime, m.bytesIn, m.bytesOut, m.denials, m.redisFallback, m.redisChanges, m.redisFault, m.requests, m.decisions, m.decisionTime, m.upstreamErrors,
 		m.inflight, m.reloads, m.generation, m.lastReload, m.storeErrors, m.adminActions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := reg.Register(c); err != nil {
@@ -113,6 +145,24 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// latencyBuckets are the request and upstream latency buckets, seconds.
+var latencyBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+// routeMetrics are the metric children of one route and service.
+type routeMetrics struct {
+	requestTime, upstreamTime prometheus.Observer
+	bytesIn, bytesOut         prometheus.Counter
+}
+
+func (m *Metrics) routeMetrics(route, service string) *routeMetrics {
+	return &routeMetrics{
+		requestTime:  m.requestTime.WithLabelValues(route, service),
+		upstreamTime: m.upstreamTime.WithLabelValues(route, service),
+		bytesIn:      m.bytesIn.WithLabelValues(route, service),
+		bytesOut:     m.bytesOut.WithLabelValues(route, service),
+	}
 }
 
 // RedisStateChanged records a change of a namespace's Redis state in the

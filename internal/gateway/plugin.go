@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"log/slog"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -71,6 +73,30 @@ type instance struct {
 	latency  prometheus.Observer
 	first    [4]atomic.Pointer[outcomeCounter]
 	outcomes sync.Map // string -> prometheus.Counter
+	// limiter is set for the rate-limiting plugins; namespace is their
+	// counters' namespace and denials caches their denial counters by
+	// window.
+	limiter   bool
+	namespace string
+	denials   sync.Map // time.Duration -> prometheus.Counter
+}
+
+// namespaced is a plugin whose counters live in a namespace.
+type namespaced interface{ Namespace() string }
+
+// denied returns the denial counter of the instance's window w (0 when
+// the plugin has no windows).
+func (in *instance) denied(m *Metrics, w time.Duration) prometheus.Counter {
+	if c, ok := in.denials.Load(w); ok {
+		return c.(prometheus.Counter)
+	}
+	window := ""
+	if w > 0 {
+		window = strconv.FormatInt(int64(w/time.Second), 10)
+	}
+	c := m.denials.WithLabelValues(in.entity.Name, in.namespace, window)
+	in.denials.Store(w, c)
+	return c
 }
 
 type outcomeCounter struct {
@@ -139,6 +165,8 @@ func rank(p *kongconf.Plugin) (int, bool) {
 // priority order; each candidate list is sorted most specific first.
 type chain struct {
 	names [][]*instance
+	// metrics are the route's latency and byte metrics.
+	metrics *routeMetrics
 	// codes caches the request counters of the first few status codes the
 	// route answered with, so that counting a request neither hashes
 	// labels nor boxes a sync.Map key.

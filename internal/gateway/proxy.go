@@ -35,6 +35,9 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) 
 	x.upstreamLatency = time.Since(sent)
 	x.proxyLatency = sent.Sub(start)
 	x.proxied = err == nil
+	if limited != nil {
+		x.chunkedIn = int64(g.server.MaxRequestBodySize) - limited.left
+	}
 	if clientClose {
 		defer ctx.SetConnectionClose()
 	}

@@ -108,6 +108,15 @@ func withKongKeys(raw json.RawMessage, p *kongconf.Plugin, pluginID bool) (json.
 
 func (rl *rateLimiting) Close() error { return rl.c.Close() }
 
+// Namespace returns the counters' namespace: config.namespace of
+// rate-limiting-advanced, "" for rate-limiting, which has none.
+func (rl *rateLimiting) Namespace() string {
+	if n, ok := rl.c.(namespaced); ok {
+		return n.Namespace()
+	}
+	return ""
+}
+
 // request fills the exchange's policy.Request for x (reused: a
 // policy.Request per call would escape to the heap).
 func (rl *rateLimiting) request(x *Exchange) *policy.Request {

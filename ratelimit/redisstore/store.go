@@ -173,6 +173,7 @@ type Store struct {
 	unjournaled []string
 
 	decisions, localDecisions, redisCalls, redisErrors, syncs atomic.Uint64
+	clock                                                     syncClock // see SyncTiming
 	// downReason is the reason of the fallback last logged, "" while
 	// connected (guarded by br.mu; see logState).
 	downReason string
@@ -242,6 +243,7 @@ func New(c *Client, opts Options) (*Store, error) {
 		cluster: c.cluster,
 		cursor:  -1,
 	}
+	s.clock.opened = time.Now().UnixNano()
 	s.br.threshold = int32(opts.FailureThreshold)
 	s.br.cooldown = opts.Cooldown
 	s.br.onChange = s.stateChanged

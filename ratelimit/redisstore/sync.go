@@ -248,7 +248,7 @@ func (s *Store) Sync(ctx context.Context, now time.Time) error {
 			}
 		}
 		s.br.success()
-		s.syncs.Add(1)
+		s.synced(now)
 		return nil
 	}
 	if err := s.syncJournal(ctx, now); err != nil {
@@ -256,7 +256,7 @@ func (s *Store) Sync(ctx context.Context, now time.Time) error {
 		return err
 	}
 	s.br.success()
-	s.syncs.Add(1)
+	s.synced(now)
 	return nil
 }
 
