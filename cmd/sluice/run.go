@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -24,7 +25,6 @@ import (
 	"github.com/seed-008287da/sluice/internal/gateway/clientip"
 	"github.com/seed-008287da/sluice/internal/gateway/echo"
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
-	"github.com/seed-008287da/sluice/internal/gateway/proxyproto"
 	"github.com/seed-008287da/sluice/policy"
 )
 
@@ -116,6 +116,8 @@ func runValidate(args []string, stdout, stderr io.Writer) int {
 type serveFlags struct {
 	config           string
 	proxyListen      string
+	sslCert          string
+	sslCertKey       string
 	adminListen      string
 	statusListen     string
 	adminToken       string
@@ -199,7 +201,9 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	}
 	fs.StringVar(&f.config, "c", os.Getenv("SLUICE_CONFIG"), "declarative configuration file (YAML or JSON), watched for changes")
 	fs.StringVar(&f.config, "config", os.Getenv("SLUICE_CONFIG"), "same as -c")
-	str(&f.proxyListen, "proxy-listen", "0.0.0.0:8000", "proxy listen address")
+	str(&f.proxyListen, "proxy-listen", "0.0.0.0:8000", "proxy listeners in Kong's proxy_listen syntax: comma-separated \"addr:port [ssl] [http2] [proxy_protocol] [reuseport] [backlog=N] ...\", or off")
+	str(&f.sslCert, "ssl-cert", "", "comma-separated PEM files (or PEM text) of the default TLS certificates, served when no configured SNI matches (Kong's ssl_cert)")
+	str(&f.sslCertKey, "ssl-cert-key", "", "comma-separated PEM files (or PEM text) of their keys, in the same order (Kong's ssl_cert_key)")
 	str(&f.adminListen, "admin-listen", "127.0.0.1:8001", "admin API listen address (keep it on loopback); empty disables it")
 	str(&f.adminToken, "admin-token", "", "token every admin call must carry in Kong-Admin-Token; required when --admin-listen is not on loopback")
 	str(&f.adminHosts, "admin-allowed-hosts", "", "comma-separated extra Host names (host:port) the admin API answers; by default only the names of its listen address")
@@ -235,8 +239,19 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	if f.realIPHeader == clientip.ProxyProtocol && !f.proxyProtocol {
-		return nil, errors.New("--real-ip-header proxy_protocol needs --proxy-protocol")
+	specs, err := gateway.ParseListen(f.proxyListen)
+	if err != nil {
+		return nil, fmt.Errorf("--proxy-listen: %w", err)
+	}
+	anyProxyProto := f.proxyProtocol
+	for _, sp := range specs {
+		anyProxyProto = anyProxyProto || sp.ProxyProtocol
+	}
+	if (f.sslCert == "") != (f.sslCertKey == "") {
+		return nil, errors.New("--ssl-cert and --ssl-cert-key go together")
+	}
+	if f.realIPHeader == clientip.ProxyProtocol && !anyProxyProto {
+		return nil, errors.New("--real-ip-header proxy_protocol needs --proxy-protocol (or proxy_protocol in --proxy-listen)")
 	}
 	if f.adminListen != "" && !admin.IsLoopback(f.adminListen) && f.adminToken == "" {
 		return nil, fmt.Errorf("--admin-listen %s is reachable from other machines: set --admin-token (SLUICE_ADMIN_TOKEN), or listen on loopback", f.adminListen)
@@ -325,6 +340,13 @@ func serve(ctx context.Context, f *serveFlags, hup <-chan os.Signal, log *slog.L
 		Shared:               gateway.NewShared(policy.RegistryOptions{Logger: log, OnRedisState: metrics.RedisStateChanged, TopKeys: topKeys(f.topKeys)}),
 	}
 	defer opts.Shared.Close()
+	if f.sslCert != "" {
+		pairs, err := loadCertificates(f.sslCert, f.sslCertKey)
+		if err != nil {
+			return err
+		}
+		opts.DefaultCertificates = pairs
+	}
 	if f.otlpEndpoint != "" {
 		tp, err := newTracerProvider(ctx, f)
 		if err != nil {
@@ -390,17 +412,32 @@ func serve(ctx context.Context, f *serveFlags, hup <-chan os.Signal, log *slog.L
 		sources = append(sources, src)
 	}
 
-	pln, err := net.Listen("tcp", f.proxyListen)
+	specs, err := gateway.ParseListen(f.proxyListen)
 	if err != nil {
-		return fmt.Errorf("proxy listener: %w", err)
+		return fmt.Errorf("--proxy-listen: %w", err)
 	}
-	if f.proxyProtocol {
-		pln = &proxyproto.Listener{Listener: pln}
+	errc := make(chan error, 2+len(specs)) // proxy listeners, status and admin servers
+	for _, sp := range specs {
+		sp.ProxyProtocol = sp.ProxyProtocol || f.proxyProtocol
+		pln, err := gateway.Listen(ctx, sp)
+		if err != nil {
+			return fmt.Errorf("proxy listener: %w", err)
+		}
+		if sp.SSL {
+			go func() { errc <- g.ServeTLS(pln, sp.HTTP2) }()
+		} else {
+			go func() { errc <- g.Serve(pln) }()
+		}
+		kind := "proxy"
+		switch {
+		case sp.SSL && sp.HTTP2:
+			kind = "proxy (TLS, HTTP/2)"
+		case sp.SSL:
+			kind = "proxy (TLS)"
+		}
+		fmt.Fprintf(stdout, "%s listening on %s\n", kind, pln.Addr())
+		log.Info("proxy listening", "addr", pln.Addr().String(), "ssl", sp.SSL, "http2", sp.HTTP2, "proxy_protocol", sp.ProxyProtocol, "version", buildinfo.String())
 	}
-	errc := make(chan error, 3) // proxy, status and admin servers
-	go func() { errc <- g.Serve(pln) }()
-	fmt.Fprintf(stdout, "proxy listening on %s\n", pln.Addr())
-	log.Info("proxy listening", "addr", pln.Addr().String(), "version", buildinfo.String())
 
 	var statusSrv *http.Server
 	if f.statusListen != "" {
@@ -526,4 +563,41 @@ func topKeys(n int) int {
 		return -1
 	}
 	return n
+}
+
+// loadCertificates reads Kong's ssl_cert and ssl_cert_key: comma-separated
+// lists, in the same order, of PEM files or PEM text.
+func loadCertificates(certs, keys string) ([]tls.Certificate, error) {
+	cl, kl := strings.Split(certs, ","), strings.Split(keys, ",")
+	if len(cl) != len(kl) {
+		return nil, fmt.Errorf("--ssl-cert lists %d certificates and --ssl-cert-key %d keys", len(cl), len(kl))
+	}
+	read := func(flagName, v string) ([]byte, error) {
+		v = strings.TrimSpace(v)
+		if strings.HasPrefix(v, "-----BEGIN") {
+			return []byte(v), nil
+		}
+		b, err := os.ReadFile(v)
+		if err != nil {
+			return nil, fmt.Errorf("--%s: %w", flagName, err)
+		}
+		return b, nil
+	}
+	var out []tls.Certificate
+	for i := range cl {
+		c, err := read("ssl-cert", cl[i])
+		if err != nil {
+			return nil, err
+		}
+		k, err := read("ssl-cert-key", kl[i])
+		if err != nil {
+			return nil, err
+		}
+		pair, err := tls.X509KeyPair(c, k)
+		if err != nil {
+			return nil, fmt.Errorf("--ssl-cert entry %d: %w", i+1, err)
+		}
+		out = append(out, pair)
+	}
+	return out, nil
 }

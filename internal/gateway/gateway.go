@@ -13,6 +13,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -20,6 +21,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"sort"
 	"strings"
@@ -113,6 +115,11 @@ type Options struct {
 	// group-scoped plugins. RLA instances with enforce_consumer_groups then
 	// take the override of the first listed group the consumer is in.
 	GroupPolicyOverrides bool
+	// DefaultCertificates are served on TLS listeners to clients whose
+	// server name no configured SNI matches (Kong's ssl_cert and
+	// ssl_cert_key); nil means a self-signed certificate generated at the
+	// first such handshake.
+	DefaultCertificates []tls.Certificate
 }
 
 // Shared is the state that outlives configuration generations: the
@@ -191,6 +198,13 @@ type Gateway struct {
 	started   time.Time
 	reqSeq    atomic.Uint64
 	exchanges sync.Pool // *Exchange, reused by requests (see Exchange.release)
+
+	selfOnce  sync.Once // the generated default certificate
+	selfCert  *tls.Certificate
+	selfErr   error
+	tlsMu     sync.Mutex
+	closed    bool
+	h2servers []*http.Server
 }
 
 // generation is one built configuration.
@@ -210,6 +224,8 @@ type generation struct {
 	counters sync.Map // counterKey -> prometheus.Counter
 	// clients caches the upstream client of each service.
 	clients sync.Map // *kongconf.Service -> *fasthttp.HostClient
+	// certs are the certificates by SNI.
+	certs *certStore
 }
 
 type counterKey struct {
@@ -437,6 +453,7 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 		chains:   make(map[*kongconf.Route]*chain, len(cfg.Routes)),
 		insts:    insts,
 		closers:  closers,
+		certs:    newCertStore(cfg),
 	}
 	for _, r := range cfg.Routes {
 		ch := buildChain(insts, r)
@@ -539,7 +556,16 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // ended or ctx is done. Then it releases the configuration's plugins and,
 // when the gateway made its own Shared, closes it.
 func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.tlsMu.Lock()
+	g.closed = true
+	h2 := g.h2servers
+	g.tlsMu.Unlock()
+	var wg sync.WaitGroup
+	for _, srv := range h2 {
+		wg.Go(func() { _ = srv.Shutdown(ctx) }) // its requests are counted in inflight below
+	}
 	err := g.server.ShutdownWithContext(ctx)
+	wg.Wait()
 	done := make(chan struct{})
 	go func() {
 		g.inflight.Wait()

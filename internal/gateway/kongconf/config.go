@@ -55,6 +55,11 @@ type Config struct {
 	Consumers      []*Consumer
 	ConsumerGroups []*ConsumerGroup
 	Plugins        []*Plugin
+	Certificates   []*Certificate
+	SNIs           []*SNI
+	CACertificates []*CACertificate
+	Upstreams      []*Upstream
+	Targets        []*Target
 }
 
 // A Service is an upstream: where matched requests are proxied.
@@ -82,6 +87,9 @@ type Service struct {
 	TLSVerify bool
 	Enabled   bool
 	Tags      []string
+	// Upstream is the upstream named by Host, whose targets requests are
+	// balanced over; nil when Host is a plain host name or address.
+	Upstream *Upstream
 
 	addr string
 }

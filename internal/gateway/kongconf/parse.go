@@ -98,6 +98,8 @@ type parser struct {
 	routeSvc   []pendingRef[*Route]
 	memberRefs []pendingMember
 	plugRefs   []pendingPlugin
+	sniRefs    []pendingSNI
+	targetRefs []pendingTarget
 	// generated holds the ids the parser derived (not configured); only
 	// configured ids must be unique, derived ones follow their names.
 	generated map[string]bool
@@ -149,8 +151,12 @@ func (p *parser) parse(root *obj) *Config {
 		p.plugin(v, index("plugins", i), scope{})
 	}
 	p.topCredentials(root)
+	p.tlsEntities(root)
+	p.upstreamEntities(root)
 	root.finish()
 	p.resolve()
+	p.resolveTLS()
+	p.resolveUpstreams()
 	p.checkUnique()
 	return &p.cfg
 }
