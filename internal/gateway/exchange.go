@@ -86,6 +86,21 @@ type Exchange struct {
 	ipStr  string
 	ipAddr netip.Addr
 	body   []byte // a buffered upstream body (bufferBody)
+
+	// wantBody are the body filters of the request's chain, which the
+	// proxy reads whole bodies for; bodyUnfiltered is set when a body was
+	// too large for them. bodyLimit, when bodyLimited, bounds a chunked
+	// request body below the server's limit (request-size-limiting).
+	wantBody       []bodyFilter
+	bodyUnfiltered bool
+	bodyLimit      int64
+	bodyLimited    bool
+	tunnelled      bool
+	corsPreflight  bool // cors answered or passed on a preflight
+	// upstreamPath and upstreamHost, when set, replace the path and Host
+	// sent upstream (request-transformer's replace.uri and Host header).
+	upstreamPath, upstreamHost *string
+	start                      time.Time // when the request arrived
 }
 
 // newExchange makes an Exchange for the Gateway's pool of them.
@@ -100,7 +115,7 @@ func newExchange() any {
 // combined with).
 func acquireExchange(pool *sync.Pool, ctx *fasthttp.RequestCtx, now time.Time, seq uint64, start time.Time) *Exchange {
 	x := pool.Get().(*Exchange)
-	x.ctx, x.Context, x.Now = ctx, ctx, now
+	x.ctx, x.Context, x.Now, x.start = ctx, ctx, now, start
 	x.respHeaders = x.hdrBuf[:0]
 	x.plugins = x.pluginBuf[:0]
 	x.streamedOut = -1

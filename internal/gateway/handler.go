@@ -104,12 +104,16 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 			break
 		}
 	}
+	if !x.responded && x.chain.bodies {
+		x.wantBody = bodyWanted(x)
+	}
 	if !x.responded {
 		switch {
 		case x.Service == nil:
 			x.RespondError(fasthttp.StatusServiceUnavailable, "no Service found with those values")
 		case isUpgrade(&ctx.Request.Header):
 			ended = g.tunnel(ctx, x, start)
+			x.tunnelled = ended
 		default:
 			ended = g.proxy(ctx, x, start)
 		}
@@ -131,6 +135,9 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		h.SetCanonical(hdrKongResponseLat, strconv.AppendInt(num[:0], time.Since(start).Milliseconds(), 10))
 	}
 	h.SetCanonical(hdrKongRequestID, x.requestID[:x.requestIDLen])
+	if x.chain.filters && !x.tunnelled {
+		filterResponse(x)
+	}
 }
 
 // end is the log phase: metrics, access log and the plugins' OnEnd
@@ -138,6 +145,9 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 func (g *Gateway) end(x *Exchange, start time.Time) {
 	for _, f := range x.onEnd {
 		f()
+	}
+	if x.chain != nil && x.chain.logs {
+		logPhase(x)
 	}
 	status := x.ctx.Response.StatusCode()
 	route, service := "", ""

@@ -42,6 +42,8 @@ type Metrics struct {
 
 	redisMu    sync.Mutex
 	redisState map[string]redisState // by namespace
+
+	kongOnce kongMetricsOnce // the prometheus plugin's
 }
 
 // redisState is a namespace's last reported Redis state.

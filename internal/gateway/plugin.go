@@ -54,6 +54,8 @@ type BuildEnv struct {
 	Shared *Shared
 	// Logger is the gateway's logger.
 	Logger *slog.Logger
+	// Metrics are the gateway's metrics.
+	Metrics *Metrics
 	// GroupOverrides are the legacy consumer-group overrides of
 	// rate-limiting-advanced by group name and id; nil unless
 	// Options.GroupPolicyOverrides.
@@ -167,6 +169,10 @@ type chain struct {
 	names [][]*instance
 	// metrics are the route's latency and byte metrics.
 	metrics *routeMetrics
+	// filters, bodies and logs say whether some instance of names is a
+	// ResponseFilter, a bodyFilter or a LogPlugin, so that a chain
+	// without one skips those phases.
+	filters, bodies, logs bool
 	// codes caches the request counters of the first few status codes the
 	// route answered with, so that counting a request neither hashes
 	// labels nor boxes a sync.Map key.
@@ -218,6 +224,12 @@ func buildChain(all []*instance, r *kongconf.Route) *chain {
 			return false
 		})
 		c.names = append(c.names, list)
+		for _, in := range list {
+			_, f := in.plugin.(ResponseFilter)
+			_, b := in.plugin.(bodyFilter)
+			_, l := in.plugin.(LogPlugin)
+			c.filters, c.bodies, c.logs = c.filters || f, c.bodies || b, c.logs || l
+		}
 	}
 	return c
 }

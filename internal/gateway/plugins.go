@@ -28,5 +28,13 @@ func DefaultPlugins() []PluginFactory {
 		{Name: "rate-limiting", Priority: PriorityRateLimiting, New: newRateLimitingBasic},
 		{Name: "sluice-concurrency", Priority: PriorityConcurrency, New: newConcurrency},
 		{Name: "request-termination", Priority: PriorityRequestTermination, New: newRequestTermination},
+		{Name: "ip-restriction", Priority: PriorityIPRestriction, New: newIPRestriction},
+		{Name: "cors", Priority: PriorityCORS, New: newCORS},
+		{Name: "correlation-id", Priority: PriorityCorrelationID, New: newCorrelationID},
+		{Name: "request-size-limiting", Priority: PriorityRequestSizeLimiting, New: newRequestSizeLimiting},
+		{Name: "request-transformer", Priority: PriorityRequestTransformer, New: newRequestTransformer},
+		{Name: "response-transformer", Priority: PriorityResponseTransformer, New: newResponseTransformer},
+		{Name: "prometheus", Priority: PriorityPrometheus, New: newPrometheus},
+		{Name: "bot-detection", Priority: PriorityBotDetection, New: newBotDetection},
 	}
 }

@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"bytes"
 	"errors"
+	"io"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -24,7 +26,11 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) 
 		// fasthttp bounds only bodies with a Content-Length when streaming;
 		// a chunked body is cut here. The server loop keeps its own
 		// reference to the original stream and drains it.
-		limited = &limitedBody{r: ctx.Request.BodyStream(), left: int64(g.server.MaxRequestBodySize)}
+		limit := int64(g.server.MaxRequestBodySize)
+		if x.bodyLimited && x.bodyLimit < limit {
+			limit = x.bodyLimit
+		}
+		limited = &limitedBody{r: ctx.Request.BodyStream(), left: limit}
 		ctx.Request.SetBodyStream(limited, -1)
 	}
 	g.prepareUpstream(ctx, x, false)
@@ -71,6 +77,29 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) 
 		return false
 	}
 	n := uresp.Header.ContentLength()
+	if x.wantBody != nil && wantsBody(x.wantBody, uresp.Header.ContentType()) {
+		b, complete, err := readWholeBody(uresp)
+		switch {
+		case complete:
+			_ = uresp.CloseBodyStream()
+			fasthttp.ReleaseResponse(uresp)
+			ctx.Response.SetBody(b)
+			return false
+		case err != nil:
+			_ = uresp.CloseBodyStream()
+			fasthttp.ReleaseResponse(uresp)
+			ctx.Response.SetBodyStream(&brokenBody{b: b, err: err}, -1)
+			ctx.Response.ImmediateHeaderFlush = true
+			return false
+		}
+		// Too large to filter: sent as it came, the bytes read first.
+		g.log.Warn("response body too large for the response filters: sent unchanged", "request_id", x.RequestID(), "limit_bytes", maxFilteredBody)
+		body := &upstreamBody{r: io.MultiReader(bytes.NewReader(b), uresp.BodyStream()), resp: uresp, g: g, x: x, start: start}
+		ctx.Response.SetBodyStream(body, n)
+		ctx.Response.ImmediateHeaderFlush = true
+		x.bodyUnfiltered = true
+		return true
+	}
 	if n >= 0 && n <= maxBufferedBody {
 		bufferBody(ctx, x, uresp, n)
 		return false

@@ -66,9 +66,16 @@ func (g *Gateway) prepareUpstream(ctx *fasthttp.RequestCtx, x *Exchange, keepUpg
 	}
 
 	uri := req.URI()
-	uri.SetPath(x.Match.UpstreamPath(svc.Path))
+	if x.upstreamPath != nil {
+		uri.SetPath(*x.upstreamPath)
+	} else {
+		uri.SetPath(x.Match.UpstreamPath(svc.Path))
+	}
 	uri.SetScheme(svc.Protocol)
-	if x.Route.PreserveHost {
+	if x.upstreamHost != nil {
+		uri.SetHost(*x.upstreamHost)
+		h.SetHost(*x.upstreamHost)
+	} else if x.Route.PreserveHost {
 		uri.SetHostBytes(origHost)
 		h.SetHostBytes(origHost)
 	} else {
