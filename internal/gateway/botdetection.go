@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
 	"github.com/seed-008287da/sluice/policy/field"
@@ -47,6 +50,8 @@ func compileAll(rules []string) []*regexp.Regexp {
 // 400.
 type botDetection struct {
 	allow, deny []*regexp.Regexp
+	cache       sync.Map // User-Agent -> denied
+	cached      atomic.Int64
 }
 
 type botDetectionConfig struct {
@@ -102,24 +107,59 @@ func noConsumer(env *BuildEnv) kongconf.Errors {
 }
 
 func (p *botDetection) Access(x *Exchange) error {
-	uas := x.ctx.Request.Header.PeekAll("User-Agent")
+	ua := x.ctx.Request.Header.UserAgent()
 	switch {
-	case len(uas) == 0:
+	case len(ua) == 0 && !hasRawHeader(x.ctx.Request.Header.RawHeaders(), "user-agent", 1):
 		return nil
-	case len(uas) > 1:
+	case hasRawHeader(x.ctx.Request.Header.RawHeaders(), "user-agent", 2):
 		x.RespondError(400, "Only one User-Agent header allowed")
 		x.Outcome("bot-detection", "denied")
 		return nil
 	}
-	ua := strings.TrimSpace(string(uas[0]))
-	if matchRegexes(p.allow, ua) {
-		return nil
-	}
-	if matchRegexes(p.deny, ua) || matchRegexes(badBots, ua) {
+	if p.match(strings.TrimSpace(string(ua))) {
 		x.RespondError(403, "Forbidden")
 		x.Outcome("bot-detection", "denied")
 	}
 	return nil
+}
+
+// match reports whether a User-Agent is denied.
+// Answers are cached per instance for the first uaCacheSize agents seen,
+// as Kong caches them (the bot rules take microseconds per agent).
+func (p *botDetection) match(ua string) bool {
+	if v, ok := p.cache.Load(ua); ok {
+		return v.(bool)
+	}
+	denied := !matchRegexes(p.allow, ua) && (matchRegexes(p.deny, ua) || matchRegexes(badBots, ua))
+	if p.cached.Add(1) <= uaCacheSize {
+		p.cache.Store(ua, denied)
+	}
+	return denied
+}
+
+// uaCacheSize bounds the User-Agents whose answer is cached.
+const uaCacheSize = 10000
+
+// hasRawHeader reports whether raw request headers hold at least n
+// headers named name (lower case), which fasthttp folds into one for
+// User-Agent.
+func hasRawHeader(raw []byte, name string, n int) bool {
+	seen := 0
+	for len(raw) > 0 {
+		line := raw
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			line, raw = raw[:i], raw[i+1:]
+		} else {
+			raw = nil
+		}
+		if k, _, ok := bytes.Cut(line, []byte(":")); ok && equalFoldASCII(bytes.TrimSpace(k), name) {
+			seen++
+			if seen >= n {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func matchRegexes(list []*regexp.Regexp, s string) bool {
