@@ -419,7 +419,7 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 		if !ok {
 			continue // reported by kongconf
 		}
-		pl, err := f.New(p.Config, &BuildEnv{Entity: p, Config: cfg, Shared: g.opts.Shared, Logger: g.log, Metrics: g.metrics, GroupOverrides: overrides})
+		pl, err := f.New(p.Config, &BuildEnv{Entity: p, Config: cfg, Shared: g.opts.Shared, Logger: g.log, Metrics: g.metrics, MaxBodySize: g.server.MaxRequestBodySize, GroupOverrides: overrides})
 		if err != nil {
 			errs = append(errs, fieldErrors(p.Where, err)...)
 			continue

@@ -56,6 +56,8 @@ type BuildEnv struct {
 	Logger *slog.Logger
 	// Metrics are the gateway's metrics.
 	Metrics *Metrics
+	// MaxBodySize is the gateway's request body limit in bytes.
+	MaxBodySize int
 	// GroupOverrides are the legacy consumer-group overrides of
 	// rate-limiting-advanced by group name and id; nil unless
 	// Options.GroupPolicyOverrides.

@@ -41,6 +41,7 @@ type requestTransformer struct {
 	bodyOps bool
 	log     func(msg string, args ...any)
 	warned  sync.Once
+	maxBody int // the gateway's request body limit
 }
 
 type rtLists struct{ body, headers, query []string }
@@ -124,7 +125,7 @@ func newRequestTransformer(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 			bad(path, fmt.Sprintf("template expressions are not supported by sluice: '%s' (values are sent literally; remove the $(...) expression)", v))
 		}
 	}
-	p := &requestTransformer{log: func(string, ...any) {}}
+	p := &requestTransformer{log: func(string, ...any) {}, maxBody: orInt(env.MaxBodySize, DefaultMaxRequestBodySize)}
 	if env.Logger != nil {
 		p.log = env.Logger.Warn
 	}
@@ -198,7 +199,7 @@ func (p *requestTransformer) Access(x *Exchange) error {
 		req.Header.SetMethod(p.method)
 		if (p.method == "GET" || p.method == "HEAD" || p.method == "TRACE") && bodyKind(req.Header.ContentType()) == "form" {
 			body, err := p.readBody(x)
-			if err != nil {
+			if err != nil || x.responded {
 				return err
 			}
 			if form, err := url.ParseQuery(string(body)); err == nil && len(form) > 0 {
@@ -212,7 +213,7 @@ func (p *requestTransformer) Access(x *Exchange) error {
 	}
 	p.headers(x)
 	if p.bodyOps {
-		if err := p.body(x); err != nil {
+		if err := p.body(x); err != nil || x.responded {
 			return err
 		}
 	}
@@ -359,9 +360,18 @@ func (p *requestTransformer) readBody(x *Exchange) ([]byte, error) {
 	if !req.IsBodyStream() {
 		return req.Body(), nil
 	}
-	b, err := io.ReadAll(req.BodyStream())
+	limit := int64(p.maxBody)
+	if x.bodyLimited && x.bodyLimit < limit {
+		limit = x.bodyLimit
+	}
+	b, err := io.ReadAll(io.LimitReader(req.BodyStream(), limit+1))
 	if err != nil {
 		return nil, fmt.Errorf("gateway: request-transformer: reading the request body: %w", err)
+	}
+	if int64(len(b)) > limit {
+		x.RespondError(fasthttp.StatusRequestEntityTooLarge, "Request size limit exceeded")
+		x.ctx.SetConnectionClose()
+		return nil, nil
 	}
 	req.SetBody(b)
 	return b, nil
@@ -379,7 +389,7 @@ func (p *requestTransformer) body(x *Exchange) error {
 		return nil
 	}
 	body, err := p.readBody(x)
-	if err != nil {
+	if err != nil || x.responded {
 		return err
 	}
 	var out []byte
