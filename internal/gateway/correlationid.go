@@ -104,10 +104,7 @@ func (p *correlationID) generate(x *Exchange) string {
 	case "uuid":
 		return newUUID()
 	case "tracker":
-		addr, port := "", ""
-		if la := x.ctx.LocalAddr(); la != nil {
-			addr, port, _ = net.SplitHostPort(la.String())
-		}
+		addr, port, _ := net.SplitHostPort(x.ctx.LocalAddr().String())
 		return fmt.Sprintf("%s-%s-%d-%d-%d-%.3f", addr, port, os.Getpid(), x.ctx.ConnID(), x.ctx.ConnRequestNum(),
 			float64(x.Now.UnixMilli())/1000)
 	}
