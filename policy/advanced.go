@@ -46,7 +46,7 @@ type Advanced struct {
 	// For Info and Top (inspect.go).
 	strategy string
 	syncRate *float64
-	top      *topKeys
+	top      *TopKeys
 	topID    string
 }
 
@@ -360,7 +360,7 @@ func (a *Advanced) CheckAppend(ctx context.Context, r *Request, dst []Header) (R
 		}
 	}
 	a.result(&res, p, &d, now, dst)
-	a.top.record(now, key, res.Denied)
+	a.top.Record(now, key, res.Denied)
 	return res, quotaErr
 }
 

@@ -56,7 +56,7 @@ type Basic struct {
 
 	// For Info and Top (inspect.go).
 	syncRate float64
-	top      *topKeys
+	top      *TopKeys
 	topID    string
 }
 
@@ -265,7 +265,7 @@ func (b *Basic) CheckAppend(ctx context.Context, r *Request, dst []Header) (Resu
 		}
 	}
 	res := b.result(key, usage[:len(b.all)], denied, now, dst)
-	b.top.record(now, id, res.Denied)
+	b.top.Record(now, id, res.Denied)
 	return res, nil
 }
 

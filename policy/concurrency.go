@@ -58,7 +58,7 @@ type Concurrency struct {
 
 	// For Info and Top (inspect.go).
 	strategy string
-	top      *topKeys
+	top      *TopKeys
 	topID    string
 }
 
@@ -241,7 +241,7 @@ func (c *Concurrency) Acquire(ctx context.Context, r *Request) (ConcurrencyResul
 	if err != nil {
 		return ConcurrencyResult{}, err
 	}
-	c.top.record(now, v, !l.Allowed)
+	c.top.Record(now, v, !l.Allowed)
 	var res ConcurrencyResult
 	if !c.hide {
 		res.Headers = append(res.Headers, Header{hdrConcLimit, c.limitStr},

@@ -181,8 +181,10 @@ func normalize(v string) string {
 	return v
 }
 
-// windowStates computes the windows of counters read at now.
-func windowStates(cs []ratelimit.CounterState, names []string, now time.Time) []WindowState {
+// WindowStates computes the windows of counters read at now, naming
+// window i names[i] when there is one: what Counter reports, for adapters
+// that read a store themselves.
+func WindowStates(cs []ratelimit.CounterState, names []string, now time.Time) []WindowState {
 	out := make([]WindowState, len(cs))
 	for i, c := range cs {
 		l := c.Limit
@@ -267,7 +269,7 @@ func (a *Advanced) counter(ctx context.Context, identifier string, p *plan, now 
 	if err != nil {
 		return Counter{}, fmt.Errorf("policy: inspecting namespace %q: %w", a.namespace, err)
 	}
-	return Counter{Identifier: identifier, Key: key, Namespace: a.namespace, Windows: windowStates(cs, planNames(p), now)}, nil
+	return Counter{Identifier: identifier, Key: key, Namespace: a.namespace, Windows: WindowStates(cs, planNames(p), now)}, nil
 }
 
 // Reset clears every window of an identifier value: the plugin's windows
@@ -324,7 +326,7 @@ func (a *Advanced) Explain(ctx context.Context, r *Request) (Explanation, error)
 }
 
 // Top returns the n heaviest identifiers of the minute before now.
-func (a *Advanced) Top(now time.Time, by TopBy, n int) []TopEntry { return a.top.top(now, by, n) }
+func (a *Advanced) Top(now time.Time, by TopBy, n int) []TopEntry { return a.top.Top(now, by, n) }
 
 // Info describes the instance.
 func (b *Basic) Info() Info {
@@ -359,7 +361,7 @@ func (b *Basic) Counter(ctx context.Context, identifier string, now time.Time) (
 		for i, p := range b.short {
 			names[i] = p.name
 		}
-		c.Windows = windowStates(cs, names, now)
+		c.Windows = WindowStates(cs, names, now)
 	}
 	for _, p := range b.calendar {
 		cc := b.calendarCounter(p, id, now)
@@ -429,7 +431,7 @@ func (b *Basic) Explain(ctx context.Context, r *Request) (Explanation, error) {
 }
 
 // Top returns the n heaviest identifiers of the minute before now.
-func (b *Basic) Top(now time.Time, by TopBy, n int) []TopEntry { return b.top.top(now, by, n) }
+func (b *Basic) Top(now time.Time, by TopBy, n int) []TopEntry { return b.top.Top(now, by, n) }
 
 // Info describes the instance.
 func (c *Concurrency) Info() Info {
@@ -508,18 +510,18 @@ func (c *Concurrency) Explain(ctx context.Context, r *Request) (Explanation, err
 }
 
 // Top returns the n heaviest identifiers of the minute before now.
-func (c *Concurrency) Top(now time.Time, by TopBy, n int) []TopEntry { return c.top.top(now, by, n) }
+func (c *Concurrency) Top(now time.Time, by TopBy, n int) []TopEntry { return c.top.Top(now, by, n) }
 
 // topRef is a shared sketch and its references.
 type topRef struct {
-	t    *topKeys
+	t    *TopKeys
 	refs int
 }
 
 // topFor returns the sketch of an instance identity, made on first use;
 // releaseTop gives the reference back. A reload compiles the new instance
 // before closing the old one, so the list lives on.
-func (r *Registry) topFor(id string) *topKeys {
+func (r *Registry) topFor(id string) *TopKeys {
 	if r.opts.TopKeys < 0 {
 		return nil
 	}
@@ -530,7 +532,7 @@ func (r *Registry) topFor(id string) *topKeys {
 	}
 	ref := r.tops[id]
 	if ref == nil {
-		ref = &topRef{t: newTopKeys(r.opts.TopKeys)}
+		ref = &topRef{t: NewTopKeys(r.opts.TopKeys)}
 		r.tops[id] = ref
 	}
 	ref.refs++

@@ -129,19 +129,19 @@ func TestConcurrencyInspectReset(t *testing.T) {
 // The sketch keeps every identifier with more than 1/K of the requests,
 // bounds its memory by K and forgets what is older than a minute.
 func TestTopKeysSketch(t *testing.T) {
-	tk := newTopKeys(8)
+	tk := NewTopKeys(8)
 	now := at(0)
 	for i := range 1000 {
-		tk.record(now, fmt.Sprint("cold-", i), false) // 1000 distinct, once each
+		tk.Record(now, fmt.Sprint("cold-", i), false) // 1000 distinct, once each
 		if i%4 == 0 {
-			tk.record(now, "hot", true)
+			tk.Record(now, "hot", true)
 		}
 	}
-	top := tk.top(now, TopByRequests, 3)
+	top := tk.Top(now, TopByRequests, 3)
 	if len(top) == 0 || top[0].Identifier != "hot" || top[0].Requests-top[0].Error > 250 || top[0].Requests < 250 {
 		t.Fatalf("top = %+v; want hot first, with 250 requests within its error", top)
 	}
-	if d := tk.top(now, TopByDenied, 10); len(d) != 1 || d[0].Identifier != "hot" {
+	if d := tk.Top(now, TopByDenied, 10); len(d) != 1 || d[0].Identifier != "hot" {
 		t.Fatalf("top by denied = %+v; want hot only", d)
 	}
 	for i := range tk.buckets {
@@ -149,11 +149,11 @@ func TestTopKeysSketch(t *testing.T) {
 			t.Fatalf("bucket %d holds %d entries, want at most 8", i, len(tk.buckets[i].heap))
 		}
 	}
-	if later := tk.top(now.Add(time.Minute), TopByRequests, 3); len(later) != 0 {
+	if later := tk.Top(now.Add(time.Minute), TopByRequests, 3); len(later) != 0 {
 		t.Fatalf("a minute later: %+v; want nothing", later)
 	}
-	tk.record(now.Add(59*time.Second), "hot", false)
-	if got := tk.top(now.Add(59*time.Second), TopByRequests, 1); got[0].Identifier != "hot" || got[0].Requests < 251 {
+	tk.Record(now.Add(59*time.Second), "hot", false)
+	if got := tk.Top(now.Add(59*time.Second), TopByRequests, 1); got[0].Identifier != "hot" || got[0].Requests < 251 {
 		t.Fatalf("59 s later: %+v; want hot with both buckets", got)
 	}
 }

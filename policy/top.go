@@ -44,8 +44,12 @@ type TopEntry struct {
 	Error int64 `json:"error"`
 }
 
-// topKeys is one instance's sketch. It is safe for concurrent use.
-type topKeys struct {
+// TopKeys is a heavy-hitters sketch of the last minute: the sketch each
+// rate-limiting instance keeps, for adapters that decide without a policy
+// instance (the decision service keeps one per domain). Make it with
+// NewTopKeys; a nil *TopKeys records nothing and lists nothing. It is safe
+// for concurrent use.
+type TopKeys struct {
 	mu      sync.Mutex
 	k       int
 	buckets [topBuckets]topBucket
@@ -57,19 +61,20 @@ type topBucket struct {
 	heap  []TopEntry // a min-heap by Requests
 }
 
-func newTopKeys(k int) *topKeys {
+// NewTopKeys returns a sketch tracking at most k identifiers per ten
+// seconds (zero means DefaultTopKeys), or nil when k is negative.
+func NewTopKeys(k int) *TopKeys {
 	if k < 0 {
 		return nil
 	}
 	if k == 0 {
 		k = DefaultTopKeys
 	}
-	return &topKeys{k: k}
+	return &TopKeys{k: k}
 }
 
-// record counts one decision for key at now. A nil sketch records
-// nothing.
-func (t *topKeys) record(now time.Time, key string, denied bool) {
+// Record counts one decision for key at now, denied or not.
+func (t *TopKeys) Record(now time.Time, key string, denied bool) {
 	if t == nil {
 		return
 	}
@@ -159,8 +164,8 @@ const (
 	TopByDenied
 )
 
-// top returns the n heaviest identifiers of the minute before now.
-func (t *topKeys) top(now time.Time, by TopBy, n int) []TopEntry {
+// Top returns the n heaviest identifiers of the minute before now.
+func (t *TopKeys) Top(now time.Time, by TopBy, n int) []TopEntry {
 	if t == nil || n <= 0 {
 		return []TopEntry{}
 	}

@@ -39,6 +39,7 @@ type flags struct {
 	logLevel          string
 	logFormat         string
 	shutdownTimeout   time.Duration
+	topKeys           int
 
 	warnings []string // about the environment, logged once the logger exists
 }
@@ -68,6 +69,7 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	fs.StringVar(&f.logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight calls may take to finish on shutdown")
+	fs.IntVar(&f.topKeys, "top-keys", 128, "descriptors each domain tracks per 10 seconds for GET /rate-limiting/top (memory: 6 x this many entries per domain); 0 disables the top lists")
 	if err := fs.Parse(args[1:]); err != nil {
 		return nil, err
 	}
@@ -240,7 +242,7 @@ func serve(ctx context.Context, f *flags, hup <-chan os.Signal, log *slog.Logger
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	svc, err := f.load(decision.Options{Logger: log, Registry: reg, HealthyWithConfig: f.healthyWithConfig,
-		MergeDomains: f.mergeDomains, StartInvalid: true})
+		MergeDomains: f.mergeDomains, StartInvalid: true, TopKeys: topKeys(f.topKeys)})
 	if err != nil {
 		return err
 	}
@@ -318,4 +320,13 @@ loop:
 		<-stopped
 	}
 	return serveErr
+}
+
+// topKeys maps -top-keys onto decision.Options.TopKeys, where 0 means the
+// default and a negative value none.
+func topKeys(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }

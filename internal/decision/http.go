@@ -32,6 +32,10 @@ const maxBody = 1 << 20
 //	GET  /healthcheck "OK", or 500 while unhealthy (see Healthy), as
 //	                  envoyproxy/ratelimit answers its probes
 //	GET  /metrics     Prometheus metrics (see Registry)
+//	GET|DELETE /rate-limiting/counters?domain=D&key=K&value=V...
+//	                  one descriptor's counter, or its reset (204)
+//	GET  /rate-limiting/top?domain=D&by=denied|requests&n=20
+//	                  the heaviest descriptors of the last minute
 //
 // A request that cannot be decided gets 400, a store failure 503, each with
 // {"error": "..."}. Unknown JSON fields are errors.
@@ -43,7 +47,16 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("GET /status", s.serveStatus)
 	mux.HandleFunc("GET /healthcheck", s.serveHealth)
 	mux.Handle("GET /metrics", s.metricsHandler())
+	mux.HandleFunc("GET /rate-limiting/counters", s.serveCounter)
+	mux.HandleFunc("DELETE /rate-limiting/counters", s.serveReset)
+	mux.HandleFunc("GET /rate-limiting/top", s.serveTop)
 	return mux
+}
+
+func writeJSONValue(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
 }
 
 // /v1/decide answers with the proto field names (overall_code), /json

@@ -35,6 +35,8 @@ type metrics struct {
 	reloads     *prometheus.CounterVec
 	generation  prometheus.Gauge
 	storeErrors prometheus.Counter
+	// adminActions counts calls that change state (counter resets).
+	adminActions *prometheus.CounterVec
 	// unknown counts descriptors of domains the configuration lacks, under
 	// one label, so clients cannot grow the label set.
 	unknown *domainStats
@@ -100,8 +102,12 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 			Name: "sluice_decision_store_errors_total",
 			Help: "Counter store failures; each fails its request.",
 		}),
+		adminActions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_decision_admin_actions_total",
+			Help: "Calls that change state (reset_counter), by action and outcome (ok, error).",
+		}, []string{"action", "outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.descriptors, m.requests, m.duration, m.reloads, m.generation, m.storeErrors} {
+	for _, c := range []prometheus.Collector{m.descriptors, m.requests, m.duration, m.reloads, m.generation, m.storeErrors, m.adminActions} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("decision: registering metrics: %w", err)
 		}

@@ -77,6 +77,11 @@ type Options struct {
 	// answered with ErrNoConfig until a valid one is reloaded, and the
 	// error is logged and shown in Status. Store failures still fail.
 	StartInvalid bool
+	// TopKeys is how many descriptors each domain's top list tracks per
+	// ten seconds (GET /rate-limiting/top): six times that many entries of
+	// memory per domain, whatever the traffic. Zero means
+	// policy.DefaultTopKeys (128); negative keeps no top lists.
+	TopKeys int
 }
 
 // A Service decides Envoy rate limit requests against the current
@@ -111,6 +116,11 @@ type Service struct {
 	draining          atomic.Bool
 	healthMu          sync.Mutex
 	healthHooks       []func(bool)
+
+	// tops holds a top-list sketch per domain (inspect.go), each of topK
+	// entries per ten seconds.
+	tops sync.Map // domain -> *policy.TopKeys
+	topK int
 }
 
 // A generation is one configuration, compiled. It is never modified after
@@ -155,7 +165,7 @@ func newServiceBase(opts Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{now: opts.Now, log: opts.Logger, onReload: opts.OnReload, m: m, healthyWithConfig: opts.HealthyWithConfig, mergeDomains: opts.MergeDomains}
+	s := &Service{now: opts.Now, log: opts.Logger, onReload: opts.OnReload, m: m, healthyWithConfig: opts.HealthyWithConfig, mergeDomains: opts.MergeDomains, topK: opts.TopKeys}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -629,6 +639,7 @@ func (s *Service) check(ctx context.Context, store ratelimit.Store, domain strin
 		LimitRemaining:     clampUint32(ls.Remaining),
 		DurationUntilReset: durationpb.New(wholeSeconds(ls.Reset)),
 	}
+	s.recordTop(domain, d, !dec.Allowed, now)
 	if !dec.Allowed {
 		st.Code = overCode(r)
 		return st, overOutcome(r), nil

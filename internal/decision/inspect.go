@@ -1,0 +1,291 @@
+package decision
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
+	"github.com/seed-008287da/sluice/policy"
+	"github.com/seed-008287da/sluice/ratelimit"
+)
+
+// Seeing and controlling who is limited (docs/decision-service.md): the
+// counter of one request descriptor, resetting it, and the heaviest
+// descriptors of the last minute per domain.
+
+// maxTop bounds n of GET /rate-limiting/top.
+const maxTop = 1000
+
+// DescriptorEntry is one entry of a request descriptor.
+type DescriptorEntry struct {
+	Key   string `json:"key"`
+	Value string `json:"value"`
+}
+
+// Counter is the counter of one request descriptor.
+type Counter struct {
+	Domain     string               `json:"domain"`
+	Descriptor []DescriptorEntry    `json:"descriptor"`
+	CounterKey string               `json:"counter_key"`
+	Rule       string               `json:"rule,omitempty"`
+	Shadow     bool                 `json:"shadow,omitempty"`
+	Windows    []policy.WindowState `json:"windows"`
+}
+
+// ErrNoRule is returned when no rule of the domain applies to a
+// descriptor (or the domain is unknown): nothing is counted for it.
+var ErrNoRule = errors.New("decision: no rate limit applies to the descriptor")
+
+// descriptorOf builds a request descriptor from entries.
+func descriptorOf(entries []DescriptorEntry) *rlpb.RateLimitDescriptor {
+	d := &rlpb.RateLimitDescriptor{}
+	for _, e := range entries {
+		d.Entries = append(d.Entries, &rlpb.RateLimitDescriptor_Entry{Key: e.Key, Value: e.Value})
+	}
+	return d
+}
+
+// counted returns the rule that counts entries in domain and its store
+// key, or ErrNoRule.
+func (s *Service) counted(domain string, entries []DescriptorEntry) (*generation, *rule, string, error) {
+	g := s.gen.Load()
+	if g.cfg == nil {
+		return nil, nil, "", ErrNoConfig
+	}
+	tree := g.domains[domain]
+	d := descriptorOf(entries)
+	var r *rule
+	if tree != nil {
+		r = tree.lookup(len(d.Entries), func(i int) (string, string) { return d.Entries[i].GetKey(), d.Entries[i].GetValue() })
+	}
+	if r == nil || r.unlimited || len(r.limits) == 0 {
+		return nil, nil, "", ErrNoRule
+	}
+	return g, r, counterKey(domain, d), nil
+}
+
+// Counter reads the counter of a request descriptor in domain at now,
+// where the store keeps it (Redis for the redis store), counting nothing.
+// found is false when it holds nothing.
+func (s *Service) Counter(ctx context.Context, domain string, entries []DescriptorEntry, now time.Time) (c Counter, found bool, err error) {
+	g, r, key, err := s.counted(domain, entries)
+	if err != nil {
+		return Counter{}, false, err
+	}
+	in, ok := g.store.(ratelimit.Inspector)
+	if !ok {
+		return Counter{}, false, policy.ErrNotInspectable
+	}
+	cs, err := in.Inspect(ctx, ratelimit.Request{Key: key, Limits: r.limits, Now: now})
+	if err != nil {
+		return Counter{}, false, fmt.Errorf("decision: inspecting the store: %w", err)
+	}
+	c = Counter{Domain: domain, Descriptor: entries, CounterKey: key, Rule: r.name, Shadow: r.shadow,
+		Windows: policy.WindowStates(cs, nil, now)}
+	for _, w := range c.Windows {
+		if w.Current != 0 || w.Previous != 0 {
+			found = true
+		}
+	}
+	return c, found, nil
+}
+
+// Reset clears every window of a request descriptor in domain; in Redis,
+// for every decision service sharing it.
+func (s *Service) Reset(ctx context.Context, domain string, entries []DescriptorEntry, now time.Time) error {
+	g, r, key, err := s.counted(domain, entries)
+	if err != nil {
+		return err
+	}
+	in, ok := g.store.(ratelimit.Inspector)
+	if !ok {
+		return policy.ErrNotInspectable
+	}
+	if err := in.Reset(ctx, ratelimit.Request{Key: key, Limits: r.limits, Now: now}); err != nil {
+		s.log.Error("decision: resetting a counter failed", "domain", domain, "counter_key", key, "err", err)
+		return fmt.Errorf("decision: resetting the counter: %w", err)
+	}
+	s.log.Info("decision: counter reset", "domain", domain, "descriptor", topIdentifier(descriptorOf(entries)))
+	return nil
+}
+
+// topIdentifier names a descriptor in a top list as the query of its
+// counter: "key=remote_address&value=10.0.0.1".
+func topIdentifier(d *rlpb.RateLimitDescriptor) string {
+	var b strings.Builder
+	for i, e := range d.GetEntries() {
+		if i > 0 {
+			b.WriteByte('&')
+		}
+		b.WriteString("key=")
+		b.WriteString(url.QueryEscape(e.GetKey()))
+		b.WriteString("&value=")
+		b.WriteString(url.QueryEscape(e.GetValue()))
+	}
+	return b.String()
+}
+
+// topOf returns the sketch of a domain, made on first use.
+func (s *Service) topOf(domain string) *policy.TopKeys {
+	if s.topK < 0 {
+		return nil
+	}
+	if t, ok := s.tops.Load(domain); ok {
+		return t.(*policy.TopKeys)
+	}
+	t, _ := s.tops.LoadOrStore(domain, policy.NewTopKeys(s.topK))
+	return t.(*policy.TopKeys)
+}
+
+// recordTop counts one decision of a descriptor in its domain's top list.
+func (s *Service) recordTop(domain string, d *rlpb.RateLimitDescriptor, denied bool, now time.Time) {
+	if t := s.topOf(domain); t != nil {
+		t.Record(now, topIdentifier(d), denied)
+	}
+}
+
+// TopList is the top list of one domain.
+type TopList struct {
+	Domain  string            `json:"domain"`
+	By      string            `json:"by"`
+	Entries []policy.TopEntry `json:"top"`
+}
+
+// Top returns the n heaviest descriptors of the last minute of domain, or
+// of every domain of the configuration when domain is "".
+func (s *Service) Top(domain string, by policy.TopBy, n int, now time.Time) []TopList {
+	byName := "requests"
+	if by == policy.TopByDenied {
+		byName = "denied"
+	}
+	var domains []string
+	if domain != "" {
+		domains = []string{domain}
+	} else if g := s.gen.Load(); g.cfg != nil {
+		for _, d := range g.cfg.Domains {
+			domains = append(domains, d.Name)
+		}
+	}
+	out := []TopList{}
+	for _, d := range domains {
+		var entries []policy.TopEntry
+		if t, ok := s.tops.Load(d); ok {
+			entries = t.(*policy.TopKeys).Top(now, by, n)
+		}
+		if entries == nil {
+			entries = []policy.TopEntry{}
+		}
+		out = append(out, TopList{Domain: d, By: byName, Entries: entries})
+	}
+	return out
+}
+
+// descriptorQuery reads domain and the descriptor's entries from the
+// query: key and value repeated in order, key=k1&value=v1&key=k2&value=v2.
+func descriptorQuery(q url.Values) (string, []DescriptorEntry, error) {
+	domain := q.Get("domain")
+	if domain == "" {
+		return "", nil, errors.New("domain: required")
+	}
+	keys, values := q["key"], q["value"]
+	if len(keys) == 0 || len(keys) != len(values) {
+		return "", nil, errors.New("key, value: want one value per key, at least one key")
+	}
+	entries := make([]DescriptorEntry, len(keys))
+	for i := range keys {
+		entries[i] = DescriptorEntry{keys[i], values[i]}
+	}
+	return domain, entries, nil
+}
+
+func (s *Service) inspectError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, ErrNoRule), errors.Is(err, ErrNoConfig):
+		writeError(w, http.StatusNotFound, err.Error())
+	case errors.Is(err, policy.ErrNotInspectable):
+		writeError(w, http.StatusNotImplemented, err.Error())
+	default:
+		writeError(w, http.StatusServiceUnavailable, err.Error())
+	}
+}
+
+func (s *Service) serveCounter(w http.ResponseWriter, r *http.Request) {
+	domain, entries, err := descriptorQuery(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	c, found, err := s.Counter(r.Context(), domain, entries, s.now())
+	if err != nil {
+		s.inspectError(w, err)
+		return
+	}
+	if !found {
+		writeError(w, http.StatusNotFound, "decision: no counter for the descriptor")
+		return
+	}
+	writeJSONValue(w, http.StatusOK, c)
+}
+
+func (s *Service) serveReset(w http.ResponseWriter, r *http.Request) {
+	if !sameOrigin(r) {
+		writeError(w, http.StatusForbidden, "decision: cross-origin calls that change state are refused")
+		return
+	}
+	domain, entries, err := descriptorQuery(r.URL.Query())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	if err := s.Reset(r.Context(), domain, entries, s.now()); err != nil {
+		s.m.adminActions.WithLabelValues("reset_counter", "error").Inc()
+		s.inspectError(w, err)
+		return
+	}
+	s.m.adminActions.WithLabelValues("reset_counter", "ok").Inc()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Service) serveTop(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	by := policy.TopByDenied
+	switch q.Get("by") {
+	case "", "denied":
+	case "requests":
+		by = policy.TopByRequests
+	default:
+		writeError(w, http.StatusBadRequest, "by: want denied or requests")
+		return
+	}
+	n := 20
+	if v := q.Get("n"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > maxTop {
+			writeError(w, http.StatusBadRequest, "n: want a whole number from 1 to "+strconv.Itoa(maxTop))
+			return
+		}
+	}
+	writeJSONValue(w, http.StatusOK, map[string]any{"data": s.Top(q.Get("domain"), by, n, s.now())})
+}
+
+// sameOrigin refuses a state-changing call a browser sends from another
+// site (the port may be reachable from an operator's browser).
+func sameOrigin(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "cross-site", "same-site":
+		return false
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
+	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host)
+}

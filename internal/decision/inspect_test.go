@@ -1,0 +1,107 @@
+package decision
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/seed-008287da/sluice/internal/testservers"
+)
+
+const inspectConfig = `
+domain: edge
+descriptors:
+  - key: remote_address
+    rate_limit: {unit: hour, requests_per_unit: 2}
+`
+
+func httpDo(t *testing.T, method, url string, out any) int {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, nil)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if out != nil && res.StatusCode != http.StatusNoContent {
+		if err := json.NewDecoder(res.Body).Decode(out); err != nil {
+			t.Fatalf("%s %s: %v", method, url, err)
+		}
+	}
+	return res.StatusCode
+}
+
+// inspectAndReset exhausts a descriptor through a and b, finds it in a's
+// top list (top lists are per process), reads its counter on b, resets it
+// on a and sees the next decision on b allowed.
+func inspectAndReset(t *testing.T, a, b *Service) {
+	ca, _ := serveGRPC(t, a)
+	cb, _ := serveGRPC(t, b)
+	runSteps(t, ca, []step{{"1", request("edge", desc("remote_address", "10.0.0.1")), OK, codes_(OK), nil, nil}})
+	runSteps(t, cb, []step{{"2", request("edge", desc("remote_address", "10.0.0.1")), OK, codes_(OK), nil, nil}})
+	runSteps(t, ca, []step{{"3", request("edge", desc("remote_address", "10.0.0.1")), OVER, codes_(OVER), nil, nil}})
+	ha := httptest.NewServer(a.Handler())
+	defer ha.Close()
+	hb := httptest.NewServer(b.Handler())
+	defer hb.Close()
+
+	var top struct {
+		Data []TopList `json:"data"`
+	}
+	if code := httpDo(t, "GET", ha.URL+"/rate-limiting/top?domain=edge&by=denied", &top); code != 200 ||
+		len(top.Data) != 1 || len(top.Data[0].Entries) != 1 || top.Data[0].Entries[0].Identifier != "key=remote_address&value=10.0.0.1" ||
+		top.Data[0].Entries[0].Denied != 1 || top.Data[0].Entries[0].Requests < 2 {
+		t.Fatalf("top: %d %+v", code, top)
+	}
+	url := "/rate-limiting/counters?domain=edge&" + top.Data[0].Entries[0].Identifier
+	var c Counter
+	if code := httpDo(t, "GET", hb.URL+url, &c); code != 200 || len(c.Windows) != 1 || c.Windows[0].Current != 2 ||
+		c.Windows[0].Limit != 2 || c.Windows[0].Remaining != 0 || c.Windows[0].Window != 3600 {
+		t.Fatalf("counter: %d %+v; want 2 of 2 in the hour", code, c)
+	}
+	if code := httpDo(t, "DELETE", ha.URL+url, nil); code != 204 {
+		t.Fatalf("DELETE: %d", code)
+	}
+	if code := httpDo(t, "GET", hb.URL+url, &map[string]any{}); code != 404 {
+		t.Fatalf("counter after reset: %d, want 404", code)
+	}
+	runSteps(t, cb, []step{{"after reset", request("edge", desc("remote_address", "10.0.0.1")), OK, codes_(OK), nil, nil}})
+	if code := httpDo(t, "GET", ha.URL+"/rate-limiting/counters?domain=edge&key=nope&value=x", &map[string]any{}); code != 404 {
+		t.Fatalf("a descriptor no rule counts: %d, want 404", code)
+	}
+	req, _ := http.NewRequest("DELETE", ha.URL+url, nil)
+	req.Header.Set("Origin", "http://evil.example")
+	if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != 403 {
+		t.Fatalf("cross-origin DELETE: %v %v; want 403", res, err)
+	}
+}
+
+func TestInspectResetMemory(t *testing.T) {
+	s := newService(t, inspectConfig, newClock(t0).opts())
+	inspectAndReset(t, s, s)
+}
+
+// Two decision services on one real redis-server: a reset through one is
+// seen by the other.
+func TestInspectResetRedisTwoNodes(t *testing.T) {
+	r := testservers.Redis(t, testservers.RedisOptions{})
+	clk := newClock(t0)
+	cfg := `
+store:
+  type: redis
+  redis: {host: ` + r.Host() + `, port: ` + itoa(r.Port()) + `, clock: service, timeout: 2s}
+` + inspectConfig
+	var svcs []*Service
+	for range 2 {
+		s, err := Open(mustParse(t, cfg), clk.opts())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		svcs = append(svcs, s)
+	}
+	inspectAndReset(t, svcs[0], svcs[1])
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
