@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/trace"
 
@@ -120,6 +121,9 @@ type Options struct {
 	// ssl_cert_key); nil means a self-signed certificate generated at the
 	// first such handshake.
 	DefaultCertificates []tls.Certificate
+	// HealthCheckTicker makes the ticker of an upstream's active health
+	// checks at an interval; nil means a time.Ticker.
+	HealthCheckTicker func(interval time.Duration) Ticker
 }
 
 // Shared is the state that outlives configuration generations: the
@@ -205,6 +209,8 @@ type Gateway struct {
 	tlsMu     sync.Mutex
 	closed    bool
 	h2servers []*http.Server
+
+	targetHealth *prometheus.GaugeVec // sluice_upstream_target_health
 }
 
 // generation is one built configuration.
@@ -226,6 +232,11 @@ type generation struct {
 	clients sync.Map // *kongconf.Service -> *fasthttp.HostClient
 	// certs are the certificates by SNI.
 	certs *certStore
+	// balancers are the upstreams' load balancers, with their targets'
+	// health; checkers run their active health checks once the
+	// generation serves.
+	balancers map[*kongconf.Upstream]*balancer
+	checkers  *checkers
 }
 
 type counterKey struct {
@@ -237,6 +248,7 @@ type counterKey struct {
 // shared stores). Requests still running on it finish: stores are only
 // closed when no generation uses their namespace any more.
 func (gen *generation) close() error {
+	gen.checkers.stop()
 	var errs []error
 	for _, c := range gen.closers {
 		errs = append(errs, c.Close())
@@ -262,6 +274,7 @@ func New(opts Options) (*Gateway, error) {
 		}
 		g.metrics = m
 	}
+	g.targetHealth = newTargetHealthGauge(g.metrics.Registry)
 	if g.opts.Shared == nil {
 		g.ownShared = true
 		g.opts.Shared = NewShared(policy.RegistryOptions{Logger: g.log, OnRedisState: g.metrics.RedisStateChanged})
@@ -359,6 +372,7 @@ func (g *Gateway) Load(data []byte, source string) error {
 		return nil
 	}
 	gen.seq = g.genSeq.Add(1)
+	gen.checkers = g.startHealthChecks(gen)
 	old := g.gen.Swap(gen)
 	if old != nil {
 		if err := old.close(); err != nil {
@@ -444,16 +458,17 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 	}
 	sum := sha256.Sum256(data)
 	gen := &generation{
-		cfg:      cfg,
-		raw:      append([]byte(nil), data...),
-		hash:     hex.EncodeToString(sum[:]),
-		source:   source,
-		loadedAt: g.now(),
-		router:   router.New(cfg.Routes),
-		chains:   make(map[*kongconf.Route]*chain, len(cfg.Routes)),
-		insts:    insts,
-		closers:  closers,
-		certs:    newCertStore(cfg),
+		cfg:       cfg,
+		raw:       append([]byte(nil), data...),
+		hash:      hex.EncodeToString(sum[:]),
+		source:    source,
+		loadedAt:  g.now(),
+		router:    router.New(cfg.Routes),
+		chains:    make(map[*kongconf.Route]*chain, len(cfg.Routes)),
+		insts:     insts,
+		closers:   closers,
+		certs:     newCertStore(cfg),
+		balancers: buildBalancers(cfg),
 	}
 	for _, r := range cfg.Routes {
 		ch := buildChain(insts, r)

@@ -36,6 +36,11 @@ func (g *Gateway) upstream(gen *generation, svc *kongconf.Service) *fasthttp.Hos
 func (g *Gateway) upstreamFor(svc *kongconf.Service) *fasthttp.HostClient {
 	k := upstreamKey{addr: svc.Addr(), tls: svc.Protocol == "https", verify: svc.TLSVerify, sni: svc.Host,
 		connect: svc.ConnectTimeout, read: svc.ReadTimeout, write: svc.WriteTimeout, retries: svc.Retries}
+	return g.upstreamForKey(k)
+}
+
+// upstreamForKey returns the pooled client of k, making it on first use.
+func (g *Gateway) upstreamForKey(k upstreamKey) *fasthttp.HostClient {
 	if v, ok := g.upstreams.Load(k); ok {
 		return v.(*fasthttp.HostClient)
 	}
@@ -55,7 +60,11 @@ func (g *Gateway) upstreamFor(svc *kongconf.Service) *fasthttp.HostClient {
 		MaxIdemponentCallAttempts: k.retries + 1,
 		RetryIfErr:                retryIf(k.retries),
 		Dial: func(addr string) (net.Conn, error) {
-			return fasthttp.DialTimeout(addr, connect)
+			c, err := fasthttp.DialTimeout(addr, connect)
+			if err != nil {
+				return nil, &dialError{err}
+			}
+			return c, nil
 		},
 	}
 	if k.tls {
@@ -81,3 +90,10 @@ func retryIf(retries int) fasthttp.RetryIfErrFunc {
 		return false, false
 	}
 }
+
+// dialError marks a failure to connect: the request was not sent, so it
+// may go to another target whatever its method.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }

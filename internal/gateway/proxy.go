@@ -34,10 +34,9 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) 
 		ctx.Request.SetBodyStream(limited, -1)
 	}
 	g.prepareUpstream(ctx, x, false)
-	hc := g.upstream(x.gen, x.Service)
 	uresp := fasthttp.AcquireResponse()
 	sent := time.Now()
-	err := hc.Do(&ctx.Request, uresp)
+	err := g.doUpstream(ctx, x, uresp)
 	x.upstreamLatency = time.Since(sent)
 	x.proxyLatency = sent.Sub(start)
 	x.proxied = err == nil
@@ -52,6 +51,11 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) 
 		if limited != nil && limited.exceeded {
 			ctx.SetConnectionClose()
 			x.RespondError(fasthttp.StatusRequestEntityTooLarge, "Request size limit exceeded")
+			return false
+		}
+		if errors.Is(err, errNoPeer) {
+			g.metrics.upstreamErrors.WithLabelValues(nameOrID(x.Service.Name, x.Service.ID), "no_healthy_target").Inc()
+			x.RespondError(fasthttp.StatusServiceUnavailable, errNoPeer.Error())
 			return false
 		}
 		kind, status, msg := "connect", fasthttp.StatusBadGateway, "An invalid response was received from the upstream server"

@@ -44,9 +44,9 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time)
 	d := &net.Dialer{Timeout: svc.ConnectTimeout}
 	if svc.Protocol == "https" {
 		cfg := &tls.Config{ServerName: svc.Host, MinVersion: tls.VersionTLS12, InsecureSkipVerify: !svc.TLSVerify} //nolint:gosec // tls_verify: false
-		up, err = (&tls.Dialer{NetDialer: d, Config: cfg}).Dial("tcp", svc.Addr())
+		up, err = (&tls.Dialer{NetDialer: d, Config: cfg}).Dial("tcp", g.tunnelAddr(x))
 	} else {
-		up, err = d.Dial("tcp", svc.Addr())
+		up, err = d.Dial("tcp", g.tunnelAddr(x))
 	}
 	if err != nil {
 		g.metrics.upstreamErrors.WithLabelValues(nameOrID(svc.Name, svc.ID), "connect").Inc()
