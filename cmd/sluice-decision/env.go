@@ -25,6 +25,15 @@ var envFlags = []struct{ env, flag string }{
 	{"MERGE_DOMAIN_CONFIG", "merge-domains"},
 	{"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "healthy-with-config"},
 	{"LOG_FORMAT", "log-format"},
+	{"QUOTA_MODE", "quota-mode"},
+	{"SHADOW_MODE", "shadow-mode"},
+	{"RESPONSE_DYNAMIC_METADATA", "response-dynamic-metadata"},
+	{"LIMIT_RESPONSE_HEADERS_ENABLED", "response-headers"},
+	{"LIMIT_LIMIT_HEADER", "limit-header"},
+	{"LIMIT_REMAINING_HEADER", "remaining-header"},
+	{"LIMIT_RESET_HEADER", "reset-header"},
+	{"NEAR_LIMIT_RATIO", "near-limit-ratio"},
+	{"LOCAL_CACHE_SIZE_IN_BYTES", "local-cache-bytes"},
 }
 
 // An unsupported variable: fine when its value is one of ok (compared

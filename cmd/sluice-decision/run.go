@@ -40,6 +40,15 @@ type flags struct {
 	logFormat         string
 	shutdownTimeout   time.Duration
 	topKeys           int
+	quotaMode         bool
+	shadowMode        bool
+	dynamicMetadata   bool
+	responseHeaders   bool
+	limitHeader       string
+	remainingHeader   string
+	resetHeader       string
+	nearLimitRatio    float64
+	localCacheBytes   int
 
 	warnings []string // about the environment, logged once the logger exists
 }
@@ -70,6 +79,15 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight calls may take to finish on shutdown")
 	fs.IntVar(&f.topKeys, "top-keys", 128, "descriptors each domain tracks per 10 seconds for GET /rate-limiting/top (memory: 6 x this many entries per domain); 0 disables the top lists")
+	fs.BoolVar(&f.quotaMode, "quota-mode", false, "QUOTA_MODE: every descriptor is a quota (over limit only when all quota descriptors are)")
+	fs.BoolVar(&f.shadowMode, "shadow-mode", false, "SHADOW_MODE: answer OK to every request; statuses still tell")
+	fs.BoolVar(&f.dynamicMetadata, "response-dynamic-metadata", false, "RESPONSE_DYNAMIC_METADATA: fill the response's dynamic_metadata")
+	fs.BoolVar(&f.responseHeaders, "response-headers", false, "LIMIT_RESPONSE_HEADERS_ENABLED: add the RateLimit-* headers to every response")
+	fs.StringVar(&f.limitHeader, "limit-header", "RateLimit-Limit", "LIMIT_LIMIT_HEADER: the `name` of the limit header")
+	fs.StringVar(&f.remainingHeader, "remaining-header", "RateLimit-Remaining", "LIMIT_REMAINING_HEADER: the `name` of the remaining header")
+	fs.StringVar(&f.resetHeader, "reset-header", "RateLimit-Reset", "LIMIT_RESET_HEADER: the `name` of the reset header")
+	fs.Float64Var(&f.nearLimitRatio, "near-limit-ratio", 0.8, "NEAR_LIMIT_RATIO: the share of a limit above which hits count as near_limit (0 to 1)")
+	fs.IntVar(&f.localCacheBytes, "local-cache-bytes", 0, "LOCAL_CACHE_SIZE_IN_BYTES: remember keys over their limit for their window, in about this many `bytes`; 0 disables")
 	if err := fs.Parse(args[1:]); err != nil {
 		return nil, err
 	}
@@ -83,6 +101,12 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	if err := applyEnv(f, fs, set, getenv); err != nil {
 		return nil, err
+	}
+	if f.nearLimitRatio <= 0 || f.nearLimitRatio > 1 {
+		return nil, fmt.Errorf("-near-limit-ratio: %v is not in (0, 1]", f.nearLimitRatio)
+	}
+	if f.localCacheBytes < 0 {
+		return nil, fmt.Errorf("-local-cache-bytes: %d is negative", f.localCacheBytes)
 	}
 	if f.logFormat != "text" && f.logFormat != "json" {
 		return nil, fmt.Errorf("-log-format: unknown format %q (want text or json)", f.logFormat)
@@ -177,6 +201,18 @@ func toFiles(entries []configsource.Entry) []decision.File {
 	return files
 }
 
+// options are the service's options from the flags.
+func (f *flags) options(log *slog.Logger, reg *prometheus.Registry) decision.Options {
+	o := decision.Options{Logger: log, Registry: reg, HealthyWithConfig: f.healthyWithConfig,
+		MergeDomains: f.mergeDomains, StartInvalid: true, QuotaMode: f.quotaMode, ShadowMode: f.shadowMode,
+		DynamicMetadata: f.dynamicMetadata, NearLimitRatio: f.nearLimitRatio, LocalCacheBytes: f.localCacheBytes,
+		TopKeys: topKeys(f.topKeys)}
+	if f.responseHeaders {
+		o.ResponseHeaders = &decision.HeaderNames{Limit: f.limitHeader, Remaining: f.remainingHeader, Reset: f.resetHeader}
+	}
+	return o
+}
+
 // load opens the service over the configuration as it is now.
 func (f *flags) load(opts decision.Options) (*decision.Service, error) {
 	if f.config != "" {
@@ -241,8 +277,7 @@ func listen(addr string) (net.Listener, error) {
 func serve(ctx context.Context, f *flags, hup <-chan os.Signal, log *slog.Logger, stdout io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	svc, err := f.load(decision.Options{Logger: log, Registry: reg, HealthyWithConfig: f.healthyWithConfig,
-		MergeDomains: f.mergeDomains, StartInvalid: true, TopKeys: topKeys(f.topKeys)})
+	svc, err := f.load(f.options(log, reg))
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/seed-008287da/sluice/policy/field"
 	"github.com/seed-008287da/sluice/ratelimit"
@@ -112,10 +113,25 @@ type Descriptor struct {
 	RateLimit *RateLimit
 	// ShadowMode answers OK for this descriptor even when it is over limit.
 	ShadowMode bool
-	// DetailedMetric is accepted for compatibility with envoyproxy/ratelimit
-	// files; the decision service keeps no per-value statistics, so it has
-	// no effect.
+	// QuotaMode makes this descriptor a quota: over its limit it is
+	// reported OVER_LIMIT in its status, but the request as a whole is over
+	// limit only when every quota descriptor of it is (and no other
+	// descriptor is), as in envoyproxy/ratelimit.
+	QuotaMode bool
+	// DetailedMetric names this limit's statistics by the request's
+	// values (domain.key_value.key_value) instead of the configured path.
 	DetailedMetric bool
+	// ValueToMetric puts the request's value of this entry in the
+	// statistics' name when the configuration does not give one (or gives a
+	// wildcard).
+	ValueToMetric bool
+	// ShareThreshold makes every value matching this wildcard share one
+	// counter, instead of one counter per value. Only with a wildcard Value.
+	ShareThreshold bool
+	// Metadata is returned in the response's dynamic metadata when this
+	// descriptor is within its limit (with Options.DynamicMetadata); nil
+	// when none is given.
+	Metadata *structpb.Struct
 	// Descriptors match the next entry of the request descriptor.
 	Descriptors []Descriptor
 }
@@ -469,7 +485,20 @@ func (d *decoder) descriptors(path string, nodes []*yaml.Node, alg ratelimit.Alg
 			Key:            m.scalar("key"),
 			Value:          m.scalar("value"),
 			ShadowMode:     m.boolean("shadow_mode"),
+			QuotaMode:      m.boolean("quota_mode"),
 			DetailedMetric: m.boolean("detailed_metric"),
+			ValueToMetric:  m.boolean("value_to_metric"),
+			ShareThreshold: m.boolean("share_threshold"),
+		}
+		if desc.ShareThreshold && !strings.Contains(desc.Value, "*") {
+			d.add(m.field("share_threshold"), joinPath(p, "share_threshold"), "only for a wildcard value (one with \"*\"), got %q", desc.Value)
+		}
+		if mn := m.field("metadata"); mn != nil {
+			if mn.Kind != yaml.MappingNode {
+				d.add(mn, joinPath(p, "metadata"), "expected a mapping")
+			} else if v := d.value(joinPath(p, "metadata"), mn); v != nil {
+				desc.Metadata = v.GetStructValue()
+			}
 		}
 		if desc.Key == "" {
 			d.add(m.node, joinPath(p, "key"), "must not be empty")
@@ -670,6 +699,48 @@ func (d *decoder) redis(path string, n *yaml.Node) RedisConfig {
 	}
 	m.done()
 	return rc
+}
+
+// value decodes any YAML value as a protobuf Value (the form of Envoy's
+// dynamic metadata): mappings with string keys, lists, strings, numbers,
+// booleans and null.
+func (d *decoder) value(path string, n *yaml.Node) *structpb.Value {
+	n = resolve(n)
+	switch {
+	case n == nil || isNull(n):
+		return structpb.NewNullValue()
+	case n.Kind == yaml.MappingNode:
+		st := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := resolve(n.Content[i])
+			if k == nil || k.Kind != yaml.ScalarNode {
+				d.add(n.Content[i], path, "mapping keys must be strings")
+				continue
+			}
+			if v := d.value(joinPath(path, k.Value), n.Content[i+1]); v != nil {
+				st.Fields[k.Value] = v
+			}
+		}
+		return structpb.NewStructValue(st)
+	case n.Kind == yaml.SequenceNode:
+		l := &structpb.ListValue{}
+		for i, c := range n.Content {
+			if v := d.value(indexPath(path, i), c); v != nil {
+				l.Values = append(l.Values, v)
+			}
+		}
+		return structpb.NewListValue(l)
+	case n.Tag == "!!bool":
+		return structpb.NewBoolValue(strings.EqualFold(n.Value, "true"))
+	case n.Tag == "!!int" || n.Tag == "!!float":
+		var f float64
+		if err := n.Decode(&f); err != nil {
+			d.add(n, path, "invalid number %q", n.Value)
+			return nil
+		}
+		return structpb.NewNumberValue(f)
+	}
+	return structpb.NewStringValue(n.Value)
 }
 
 // addrs decodes a list of "host:port" strings.

@@ -61,14 +61,14 @@ func (s *Service) counted(domain string, entries []DescriptorEntry) (*generation
 	}
 	tree := g.domains[domain]
 	d := descriptorOf(entries)
-	var r *rule
+	var n *node
 	if tree != nil {
-		r = tree.lookup(len(d.Entries), func(i int) (string, string) { return d.Entries[i].GetKey(), d.Entries[i].GetValue() })
+		n = tree.lookup(len(d.Entries), func(i int) (string, string) { return d.Entries[i].GetKey(), d.Entries[i].GetValue() })
 	}
-	if r == nil || r.unlimited || len(r.limits) == 0 {
+	if n == nil || n.rule.unlimited || len(n.rule.limits) == 0 {
 		return nil, nil, "", ErrNoRule
 	}
-	return g, r, counterKey(domain, d), nil
+	return g, n.rule, counterKey(domain, d, n), nil
 }
 
 // Counter reads the counter of a request descriptor in domain at now,

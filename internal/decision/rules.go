@@ -3,6 +3,8 @@ package decision
 import (
 	"strings"
 
+	"google.golang.org/protobuf/types/known/structpb"
+
 	"github.com/seed-008287da/sluice/ratelimit"
 )
 
@@ -13,6 +15,8 @@ type rule struct {
 	replaces  []string
 	unlimited bool
 	shadow    bool
+	quota     bool
+	metadata  *structpb.Struct
 	specs     []LimitSpec
 	// limits are the specs with RequestsPerUnit > 0, as passed to the store;
 	// index[i] is the spec of limits[i].
@@ -74,20 +78,66 @@ type node struct {
 	wildcards []wildcard
 	defaults  map[string]*node
 	rule      *rule
+
+	// path is the configured descriptor of each level from the domain's
+	// top down to this node, one per request entry.
+	path []level
+	// statKey names the statistics of this node's rule by the configured
+	// path (domain.key_value.key), as envoyproxy/ratelimit does;
+	// dynamicStats says the name depends on the request's values instead
+	// (detailed_metric, value_to_metric).
+	statKey      string
+	dynamicStats bool
+	detailed     bool
+	// shared says some level's value is a share_threshold wildcard: that
+	// entry counts under the pattern, not the request's value.
+	shared bool
 }
 
-func compileTree(descs []Descriptor) *node {
+// A level is one configured descriptor on the path to a node.
+type level struct {
+	key, value    string // value is "" for a default, the pattern for a wildcard
+	wildcard      bool
+	valueToMetric bool
+	share         bool
+}
+
+func compileTree(domain string, descs []Descriptor) *node {
+	return compileLevel(domain, descs, nil)
+}
+
+func compileLevel(domain string, descs []Descriptor, parent []level) *node {
 	n := &node{values: map[entryKey]*node{}, defaults: map[string]*node{}}
 	for i := range descs {
 		d := &descs[i]
-		child := compileTree(d.Descriptors)
+		lv := level{key: d.Key, value: d.Value, wildcard: strings.Contains(d.Value, "*"), valueToMetric: d.ValueToMetric, share: d.ShareThreshold}
+		path := append(append([]level(nil), parent...), lv)
+		child := compileLevel(domain, d.Descriptors, path)
+		child.path = path
+		child.detailed = d.DetailedMetric
+		var sk strings.Builder
+		sk.WriteString(domain)
+		for _, l := range path {
+			sk.WriteByte('.')
+			sk.WriteString(l.key)
+			if l.value != "" {
+				sk.WriteByte('_')
+				sk.WriteString(l.value)
+			}
+			child.shared = child.shared || l.share
+			child.dynamicStats = child.dynamicStats || l.valueToMetric
+		}
+		child.statKey = sk.String()
+		child.dynamicStats = child.dynamicStats || d.DetailedMetric
 		if d.RateLimit != nil {
 			child.rule = compileRule(d.RateLimit, d.ShadowMode)
+			child.rule.quota = d.QuotaMode
+			child.rule.metadata = d.Metadata
 		}
 		switch {
 		case d.Value == "":
 			n.defaults[d.Key] = child
-		case strings.Contains(d.Value, "*"):
+		case lv.wildcard:
 			n.wildcards = append(n.wildcards, wildcard{key: d.Key, glob: strings.Split(d.Value, "*"), next: child})
 		default:
 			n.values[entryKey{d.Key, d.Value}] = child
@@ -96,13 +146,50 @@ func compileTree(descs []Descriptor) *node {
 	return n
 }
 
-// lookup finds the rule of a request descriptor given as its entries'
+// statName names the statistics of a request descriptor matched at n, as
+// envoyproxy/ratelimit names them: the configured path, or with
+// detailed_metric every entry's key_value from the request, or with
+// value_to_metric the request's value where the configuration has none
+// or a wildcard. A share_threshold entry is named by its pattern.
+func (n *node) statName(domain string, entries int, entry func(int) (string, string)) string {
+	if !n.dynamicStats {
+		return n.statKey
+	}
+	var b strings.Builder
+	b.WriteString(domain)
+	for i := 0; i < entries && i < len(n.path); i++ {
+		k, v := entry(i)
+		l := n.path[i]
+		b.WriteByte('.')
+		b.WriteString(k)
+		use := ""
+		switch {
+		case l.share:
+			use = l.value
+		case n.detailed:
+			use = v
+		case l.wildcard && l.valueToMetric:
+			use = v
+		case l.wildcard, l.value != "":
+			use = l.value
+		case l.valueToMetric:
+			use = v
+		}
+		if use != "" {
+			b.WriteByte('_')
+			b.WriteString(use)
+		}
+	}
+	return b.String()
+}
+
+// lookup finds the node of a request descriptor given as its entries'
 // keys and values, or nil. An entry is matched by key and value first,
-// then by a wildcard value (in file order), then by key alone. The rule
-// applies only when the request descriptor ends where it is configured: a
-// longer or shorter request descriptor matches nothing, as in
-// envoyproxy/ratelimit.
-func (n *node) lookup(entries int, entry func(int) (string, string)) *rule {
+// then by a wildcard value (in file order), then by key alone. The node's
+// rule applies only when the request descriptor ends where it is
+// configured: a longer or shorter request descriptor matches nothing, as
+// in envoyproxy/ratelimit.
+func (n *node) lookup(entries int, entry func(int) (string, string)) *node {
 	cur := n
 	for i := 0; i < entries; i++ {
 		k, v := entry(i)
@@ -122,7 +209,10 @@ func (n *node) lookup(entries int, entry func(int) (string, string)) *rule {
 			return nil
 		}
 		if i == entries-1 {
-			return next.rule
+			if next.rule == nil {
+				return nil
+			}
+			return next
 		}
 		cur = next
 	}

@@ -23,7 +23,7 @@ descriptors:
   - {key: k, value: "*suf", rate_limit: {unit: minute, requests_per_unit: 4}}
   - {key: k, value: "lit", rate_limit: {unit: minute, requests_per_unit: 5}}
 `)
-	tree := compileTree(cfg.Domains[0].Descriptors)
+	tree := compileTree("d", cfg.Domains[0].Descriptors)
 	for _, tc := range []struct {
 		value string
 		want  uint32 // 0: no rule
@@ -34,10 +34,10 @@ descriptors:
 		{"suf", 4}, {"a-suf", 4},
 		{"lit", 5}, {"lit2", 0}, {"l*t", 0},
 	} {
-		r := tree.lookup(1, func(int) (string, string) { return "k", tc.value })
+		n := tree.lookup(1, func(int) (string, string) { return "k", tc.value })
 		var got uint32
-		if r != nil {
-			got = r.specs[0].RequestsPerUnit
+		if n != nil {
+			got = n.rule.specs[0].RequestsPerUnit
 		}
 		if got != tc.want {
 			t.Errorf("%q: limit %d, want %d", tc.value, got, tc.want)

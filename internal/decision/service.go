@@ -11,6 +11,7 @@ import (
 	"os"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,6 +72,35 @@ type Options struct {
 	// MergeDomains is ParseOptions.MergeDomains for OpenFiles and
 	// ReloadFiles.
 	MergeDomains bool
+	// QuotaMode makes every descriptor a quota (see Descriptor.QuotaMode):
+	// envoyproxy/ratelimit's QUOTA_MODE.
+	QuotaMode bool
+	// ShadowMode answers OK to every request, as the file's shadow_mode:
+	// envoyproxy/ratelimit's SHADOW_MODE.
+	ShadowMode bool
+	// ResponseHeaders, when set, adds envoyproxy/ratelimit's rate-limit
+	// headers under these names to every response, whatever the file says:
+	// its LIMIT_RESPONSE_HEADERS_ENABLED with LIMIT_LIMIT_HEADER,
+	// LIMIT_REMAINING_HEADER and LIMIT_RESET_HEADER.
+	ResponseHeaders *HeaderNames
+	// DynamicMetadata fills the response's dynamic_metadata as
+	// envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA does: the domain,
+	// the request's descriptors, hitsAddend, and the metadata of the
+	// descriptors within their limits.
+	DynamicMetadata bool
+	// PeerStats counts envoyproxy/ratelimit's per-limit statistics
+	// (total_hits, over_limit, near_limit, within_limit, shadow_mode,
+	// over_limit_with_local_cache under
+	// ratelimit.service.rate_limit.<domain>.<key>); see Service.PeerStats.
+	PeerStats bool
+	// NearLimitRatio is the share of a limit above which hits count as
+	// near_limit; zero means 0.8 (envoyproxy/ratelimit's NEAR_LIMIT_RATIO).
+	NearLimitRatio float64
+	// LocalCacheBytes, when positive, remembers the keys found over their
+	// limit for the rest of their window and answers them without asking
+	// the store, in about this many bytes (envoyproxy/ratelimit's
+	// LOCAL_CACHE_SIZE_IN_BYTES). A reload forgets them.
+	LocalCacheBytes int
 	// StartInvalid makes OpenFile and OpenFiles start the service without
 	// a configuration when the one given is invalid, as
 	// envoyproxy/ratelimit keeps running with a bad file: requests are
@@ -113,6 +143,12 @@ type Service struct {
 
 	healthyWithConfig bool
 	mergeDomains      bool
+	quotaMode         bool
+	shadowMode        bool
+	headers           *HeaderNames
+	dynamicMetadata   bool
+	peer              *peerStats
+	overCache         *overCache
 	draining          atomic.Bool
 	healthMu          sync.Mutex
 	healthHooks       []func(bool)
@@ -165,7 +201,14 @@ func newServiceBase(opts Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{now: opts.Now, log: opts.Logger, onReload: opts.OnReload, m: m, healthyWithConfig: opts.HealthyWithConfig, mergeDomains: opts.MergeDomains, topK: opts.TopKeys}
+	s := &Service{now: opts.Now, log: opts.Logger, onReload: opts.OnReload, m: m, healthyWithConfig: opts.HealthyWithConfig, mergeDomains: opts.MergeDomains, topK: opts.TopKeys,
+		quotaMode: opts.QuotaMode, shadowMode: opts.ShadowMode, headers: opts.ResponseHeaders, dynamicMetadata: opts.DynamicMetadata}
+	if opts.PeerStats {
+		s.peer = newPeerStats(opts.NearLimitRatio)
+	}
+	if opts.LocalCacheBytes > 0 {
+		s.overCache = newOverCache(opts.LocalCacheBytes)
+	}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -279,7 +322,7 @@ func (s *Service) compile(cfg *Config, digest string, number uint64) *generation
 	g := &generation{cfg: cfg, store: s.store, concurrent: !inProcess, domains: make(map[string]*node, len(cfg.Domains)),
 		stats: make(map[string]*domainStats, len(cfg.Domains)), number: number, loaded: s.now()}
 	for _, d := range cfg.Domains {
-		g.domains[d.Name] = compileTree(d.Descriptors)
+		g.domains[d.Name] = compileTree(d.Name, d.Descriptors)
 		g.stats[d.Name] = s.m.domain(d.Name)
 	}
 	g.digest = digest
@@ -402,6 +445,9 @@ func (s *Service) update(cfg *Config, digest string) error {
 	}
 	g := s.compile(cfg, digest, old.number+1)
 	s.gen.Store(g)
+	if s.overCache != nil {
+		s.overCache.reset() // limits may have changed
+	}
 	s.m.generation.Set(float64(g.number))
 	s.log.Info("decision: config loaded", "generation", g.number, "domains", len(cfg.Domains))
 	s.healthChanged()
@@ -425,12 +471,14 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 //
 // Each descriptor is looked up in req's domain and, when a limit applies,
 // counted under its own key with cost hits_addend (the descriptor's own
-// hits_addend when set, else the request's, zero meaning 1). Descriptors
-// are decided independently, as envoyproxy/ratelimit does: an allowed
-// descriptor keeps its hits even when another one is over limit. A
-// descriptor without a limit, and every descriptor of an unknown domain, is
-// answered OK. It returns an error wrapping ErrInvalidRequest for an
-// undecidable request, or the store's error.
+// hits_addend when set, else the request's, zero meaning 1). A descriptor
+// hits_addend of 0 checks without counting: the status says whether one
+// more hit would be allowed. Descriptors are decided independently, as
+// envoyproxy/ratelimit does: an allowed descriptor keeps its hits even
+// when another one is over limit. A descriptor without a limit, and every
+// descriptor of an unknown domain, is answered OK. It returns an error
+// wrapping ErrInvalidRequest for an undecidable request, ErrNoConfig while
+// no configuration is loaded, or the store's error.
 func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now time.Time) (*rlspb.RateLimitResponse, error) {
 	if req.GetDomain() == "" {
 		return nil, fmt.Errorf("%w: rate limit domain must not be empty", ErrInvalidRequest)
@@ -449,49 +497,44 @@ func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now t
 		hits = 1
 	}
 
-	var inline [4]*rule
-	rules := inline[:0]
+	var inline [4]match
+	ms := inline[:0]
 	for i, d := range descs {
-		r, err := s.ruleFor(g.cfg, tree, d)
+		m, err := s.ruleFor(g.cfg, tree, d)
 		if err != nil {
 			return nil, fmt.Errorf("%w: descriptor %d: %w", ErrInvalidRequest, i, err)
 		}
-		rules = append(rules, r)
+		ms = append(ms, m)
 	}
 	// A limit named in the replaces of any applying limit is not checked.
 	var replaced map[string]bool
-	for _, r := range rules {
-		if r == nil {
+	for _, m := range ms {
+		if m.rule == nil {
 			continue
 		}
-		for _, name := range r.replaces {
+		for _, name := range m.rule.replaces {
 			if replaced == nil {
 				replaced = map[string]bool{}
 			}
 			replaced[name] = true
 		}
 	}
-	for j, r := range rules {
-		if r != nil && r.name != "" && replaced[r.name] {
-			rules[j] = nil
-		}
-	}
-
 	// Costs are checked before anything is counted, so an invalid request
 	// takes nothing.
-	var inlineCosts [4]int64
-	costs := inlineCosts[:0]
 	pending := 0
-	for i, r := range rules {
-		cost := hits
-		if h := descs[i].GetHitsAddend(); h != nil {
-			if h.GetValue() == 0 || h.GetValue() > math.MaxInt64 {
-				return nil, fmt.Errorf("%w: descriptor %d: hits_addend must be from 1 to %d, got %d", ErrInvalidRequest, i, int64(math.MaxInt64), h.GetValue())
-			}
-			cost = int64(h.GetValue())
+	for i := range ms {
+		m := &ms[i]
+		if m.rule != nil && m.rule.name != "" && replaced[m.rule.name] {
+			*m = match{}
 		}
-		costs = append(costs, cost)
-		if r != nil && !r.unlimited {
+		m.cost = hits
+		if h := descs[i].GetHitsAddend(); h != nil {
+			if h.GetValue() > math.MaxInt64 {
+				return nil, fmt.Errorf("%w: descriptor %d: hits_addend must be at most %d, got %d", ErrInvalidRequest, i, int64(math.MaxInt64), h.GetValue())
+			}
+			m.cost = int64(h.GetValue())
+		}
+		if m.rule != nil && !m.rule.unlimited {
 			pending++
 		}
 	}
@@ -508,37 +551,51 @@ func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now t
 		// calls run at once and the Redis client pipelines them.
 		errs = make([]error, len(descs))
 		var wg sync.WaitGroup
-		for i, r := range rules {
-			if r != nil && !r.unlimited {
+		for i, m := range ms {
+			if m.rule != nil && !m.rule.unlimited {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					resp.Statuses[i], outs[i], errs[i] = s.check(ctx, g.store, req.GetDomain(), descs[i], r, costs[i], now)
+					resp.Statuses[i], outs[i], errs[i] = s.check(ctx, g.store, req.GetDomain(), descs[i], m, now)
 				}()
 			}
 		}
 		wg.Wait()
 	}
-	for i, r := range rules {
+	quota, quotaOver, over := 0, 0, false
+	for i, m := range ms {
 		switch {
 		case errs != nil && errs[i] != nil:
 			return nil, errs[i]
 		case resp.Statuses[i] != nil:
-		case r == nil:
+		case m.rule == nil:
 			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
-		case r.unlimited:
+		case m.rule.unlimited:
 			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 			outs[i] = outUnlimited
 		default:
-			st, out, err := s.check(ctx, g.store, req.GetDomain(), descs[i], r, costs[i], now)
+			st, out, err := s.check(ctx, g.store, req.GetDomain(), descs[i], m, now)
 			if err != nil {
 				return nil, err
 			}
 			resp.Statuses[i], outs[i] = st, out
 		}
-		if resp.Statuses[i].Code == rlspb.RateLimitResponse_OVER_LIMIT {
-			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+		isQuota := m.rule != nil && !m.rule.unlimited && (m.rule.quota || s.quotaMode)
+		if isQuota {
+			quota++
 		}
+		if resp.Statuses[i].Code == rlspb.RateLimitResponse_OVER_LIMIT {
+			if isQuota {
+				quotaOver++
+			} else {
+				over = true
+			}
+		}
+	}
+	// Quota descriptors deny the request only all together, as in
+	// envoyproxy/ratelimit.
+	if over || (quota > 0 && quota == quotaOver) {
+		resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 	}
 	stats := g.stats[req.GetDomain()]
 	if stats == nil {
@@ -547,79 +604,152 @@ func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now t
 	for _, o := range outs {
 		stats[o].Inc()
 	}
-	if g.cfg.ResponseHeaders {
-		if g.cfg.ResponseHeaderFormat == HeadersDraft03 {
+	if g.cfg.ResponseHeaders || s.headers != nil {
+		names := g.cfg.ResponseHeaderNames
+		if s.headers != nil {
+			names = *s.headers
+		}
+		if g.cfg.ResponseHeaderFormat == HeadersDraft03 && s.headers == nil {
 			resp.ResponseHeadersToAdd = draft03Headers(resp.Statuses)
 		} else {
-			resp.ResponseHeadersToAdd = rateLimitHeaders(resp.Statuses, g.cfg.ResponseHeaderNames)
+			resp.ResponseHeadersToAdd = rateLimitHeaders(resp.Statuses, names)
 		}
 	}
-	if g.cfg.ShadowMode {
+	if s.dynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, resp.Statuses, ms)
+	}
+	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT && (g.cfg.ShadowMode || s.shadowMode) {
 		resp.OverallCode = rlspb.RateLimitResponse_OK
+		if s.peer != nil {
+			s.peer.globalShadow.Add(1)
+		}
 	}
 	return resp, nil
 }
 
-// ruleFor returns the rule that applies to d: nil in an unknown domain,
-// else its own limit override when Envoy sent one, else the configured
-// one, or nil.
-func (s *Service) ruleFor(cfg *Config, tree *node, d *rlpb.RateLimitDescriptor) (*rule, error) {
+// A match is what applies to one request descriptor: its rule (nil for
+// none) and the node of the descriptor tree it matched (nil for a limit
+// override), with the descriptor's cost (0: check without counting).
+type match struct {
+	rule *rule
+	node *node
+	cost int64
+}
+
+// ruleFor returns what applies to d: nothing in an unknown domain, else
+// its own limit override when Envoy sent one, else the configured rule, or
+// nothing.
+func (s *Service) ruleFor(cfg *Config, tree *node, d *rlpb.RateLimitDescriptor) (match, error) {
 	if d.GetIsNegativeHits() {
-		return nil, errors.New("is_negative_hits is not supported: the store cannot return hits")
+		return match{}, errors.New("is_negative_hits is not supported: the store cannot return hits")
 	}
 	if tree == nil {
 		// An unknown domain limits nothing, not even a descriptor's own
 		// limit override, as in envoyproxy/ratelimit.
-		return nil, nil
+		return match{}, nil
 	}
 	if o := d.GetLimit(); o != nil {
 		u := rlspb.RateLimitResponse_RateLimit_Unit(o.GetUnit())
 		if unitLength(u) == 0 {
-			return nil, fmt.Errorf("limit override has unknown unit %s", o.GetUnit())
+			return match{}, fmt.Errorf("limit override has unknown unit %s", o.GetUnit())
 		}
 		spec := LimitSpec{RequestsPerUnit: o.GetRequestsPerUnit(), Unit: u, Multiplier: 1, Algorithm: cfg.Algorithm}
 		if m := o.GetUnitMultiplier(); m != nil {
 			if m.GetValue() == 0 {
-				return nil, errors.New("limit override unit_multiplier must be greater than 0")
+				return match{}, errors.New("limit override unit_multiplier must be greater than 0")
 			}
 			spec.Multiplier = m.GetValue()
 		}
 		if spec.RequestsPerUnit > 0 {
 			if err := spec.Limit().Validate(); err != nil {
-				return nil, fmt.Errorf("limit override: %w", err)
+				return match{}, fmt.Errorf("limit override: %w", err)
 			}
 		}
-		return compileRule(&RateLimit{Limits: []LimitSpec{spec}}, false), nil
+		return match{rule: compileRule(&RateLimit{Limits: []LimitSpec{spec}}, false)}, nil
 	}
 	entries := d.GetEntries()
-	return tree.lookup(len(entries), func(i int) (string, string) { return entries[i].GetKey(), entries[i].GetValue() }), nil
+	n := tree.lookup(len(entries), func(i int) (string, string) { return entries[i].GetKey(), entries[i].GetValue() })
+	if n == nil {
+		return match{}, nil
+	}
+	return match{rule: n.rule, node: n}, nil
 }
 
 // counterKey identifies the counter of one request descriptor. The parts
 // are length-prefixed by ratelimit.Key, so no two descriptors share a key:
 // envoyproxy/ratelimit joins them with "_", and there the entries
-// (a_b, c) and (a, b_c) count together.
-func counterKey(domain string, d *rlpb.RateLimitDescriptor) string {
+// (a_b, c) and (a, b_c) count together. An entry matched by a
+// share_threshold wildcard counts under the pattern.
+func counterKey(domain string, d *rlpb.RateLimitDescriptor, n *node) string {
 	entries := d.GetEntries()
 	var inline [10]string
 	parts := append(inline[:0], keyPrefix, domain)
-	for _, e := range entries {
-		parts = append(parts, e.GetKey(), e.GetValue())
+	for i, e := range entries {
+		v := e.GetValue()
+		if n != nil && n.shared && i < len(n.path) && n.path[i].share {
+			v = n.path[i].value
+		}
+		parts = append(parts, e.GetKey(), v)
 	}
 	return ratelimit.Key(parts...)
 }
 
-// check counts d against r and returns its status and outcome.
-func (s *Service) check(ctx context.Context, store ratelimit.Store, domain string, d *rlpb.RateLimitDescriptor, r *rule, cost int64, now time.Time) (*rlspb.RateLimitResponse_DescriptorStatus, outcome, error) {
+// statName names the envoyproxy/ratelimit statistics of d matched as m.
+func statName(domain string, d *rlpb.RateLimitDescriptor, m match) string {
+	entries := d.GetEntries()
+	entry := func(i int) (string, string) { return entries[i].GetKey(), entries[i].GetValue() }
+	if m.node != nil {
+		return m.node.statName(domain, len(entries), entry)
+	}
+	// A limit override is named by the request's values.
+	var b strings.Builder
+	b.WriteString(domain)
+	for i := range entries {
+		k, v := entry(i)
+		b.WriteByte('.')
+		b.WriteString(k)
+		if v != "" {
+			b.WriteByte('_')
+			b.WriteString(v)
+		}
+	}
+	return b.String()
+}
+
+// check counts d against m and returns its status and outcome.
+func (s *Service) check(ctx context.Context, store ratelimit.Store, domain string, d *rlpb.RateLimitDescriptor, m match, now time.Time) (*rlspb.RateLimitResponse_DescriptorStatus, outcome, error) {
+	r := m.rule
 	if r.denyAll >= 0 {
 		spec := r.specs[r.denyAll]
+		if s.peer != nil {
+			s.peer.observe(statName(domain, d, m), 0, 0, m.cost, m.cost, false, r.shadow)
+		}
 		return &rlspb.RateLimitResponse_DescriptorStatus{
 			Code:               overCode(r),
 			CurrentLimit:       currentLimit(r.name, spec),
 			DurationUntilReset: durationpb.New(wholeSeconds(untilWindowEnd(spec.Window(), now))),
 		}, overOutcome(r), nil
 	}
-	dec, err := store.Take(ctx, ratelimit.Request{Key: counterKey(domain, d), Limits: r.limits, Cost: cost, Now: now})
+	key := counterKey(domain, d, m.node)
+	peek := m.cost == 0
+	cost := m.cost
+	if peek {
+		cost = 1 // would one more hit be allowed?
+	}
+	if s.overCache != nil && !peek {
+		if reset, ok := s.overCache.over(key, now); ok {
+			spec := r.specs[r.index[0]]
+			if s.peer != nil {
+				s.peer.observeLocalCache(statName(domain, d, m), m.cost, r.shadow)
+			}
+			return &rlspb.RateLimitResponse_DescriptorStatus{
+				Code:               overCode(r),
+				CurrentLimit:       currentLimit(r.name, spec),
+				DurationUntilReset: durationpb.New(wholeSeconds(reset)),
+			}, overOutcome(r), nil
+		}
+	}
+	dec, err := store.Take(ctx, ratelimit.Request{Key: key, Limits: r.limits, Cost: cost, Now: now, Peek: peek})
 	if err != nil {
 		if errors.Is(err, ratelimit.ErrInvalidLimit) {
 			return nil, 0, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
@@ -633,14 +763,31 @@ func (s *Service) check(ctx context.Context, store ratelimit.Store, domain strin
 		i = dec.Reported()
 	}
 	ls := dec.State(i)
+	remaining := ls.Remaining
+	if peek && dec.Allowed {
+		remaining += cost // the hit was only asked about
+	}
+	spec := r.specs[r.index[i]]
 	st := &rlspb.RateLimitResponse_DescriptorStatus{
 		Code:               rlspb.RateLimitResponse_OK,
-		CurrentLimit:       currentLimit(r.name, r.specs[r.index[i]]),
-		LimitRemaining:     clampUint32(ls.Remaining),
+		CurrentLimit:       currentLimit(r.name, spec),
+		LimitRemaining:     clampUint32(remaining),
 		DurationUntilReset: durationpb.New(wholeSeconds(ls.Reset)),
 	}
 	s.recordTop(domain, d, !dec.Allowed, now)
+	if s.peer != nil {
+		// envoyproxy/ratelimit's accounting: the hits before and after
+		// this call, as if it had been added.
+		after := int64(ls.Used)
+		if !ls.Counted || peek {
+			after += m.cost
+		}
+		s.peer.observe(statName(domain, d, m), int64(spec.RequestsPerUnit), after-m.cost, after, m.cost, dec.Allowed, r.shadow)
+	}
 	if !dec.Allowed {
+		if s.overCache != nil && !peek {
+			s.overCache.add(key, now.Add(ls.Reset))
+		}
 		st.Code = overCode(r)
 		return st, overOutcome(r), nil
 	}

@@ -201,7 +201,7 @@ descriptors:
 		{"d", []string{"a", "b", "c", ""}}, {"d", []string{"a", "b_c", "", ""}}, {"d", []string{"a:1", "b"}},
 		{"d", []string{"a", "1:b"}},
 	} {
-		k := counterKey(tc.domain, desc(tc.kv...))
+		k := counterKey(tc.domain, desc(tc.kv...), nil)
 		name := tc.domain + " " + strings.Join(tc.kv, ",")
 		if prev, dup := seen[k]; dup {
 			t.Errorf("%s and %s share key %q", prev, name, k)
@@ -217,10 +217,10 @@ func FuzzCounterKey(f *testing.F) {
 		if k1 == k2 && v1 == v2 {
 			return
 		}
-		if counterKey(domain, desc(k1, v1)) == counterKey(domain, desc(k2, v2)) {
+		if counterKey(domain, desc(k1, v1), nil) == counterKey(domain, desc(k2, v2), nil) {
 			t.Fatalf("(%q,%q) and (%q,%q) share a key", k1, v1, k2, v2)
 		}
-		if counterKey(domain, desc(k1, v1)) == counterKey(domain, desc(k1, v1, k2, v2)) {
+		if counterKey(domain, desc(k1, v1), nil) == counterKey(domain, desc(k1, v1, k2, v2), nil) {
 			t.Fatalf("a descriptor and its extension share a key")
 		}
 	})
@@ -253,18 +253,39 @@ descriptors:
 		{"11", withHits(11, desc("k", "d")), OVER, codes_(OVER), []uint32{0}, nil},
 		{"1 after 11", withHits(1, desc("k", "d")), OK, codes_(OK), []uint32{9}, nil},
 	})
-	zero := desc("k", "e")
-	zero.HitsAddend = wrapperspb.UInt64(0)
 	neg := desc("k", "e")
 	neg.IsNegativeHits = true
-	for _, d := range []*rlpb.RateLimitDescriptor{zero, neg} {
-		// The valid descriptor before the invalid one is not counted.
-		_, err := c.ShouldRateLimit(context.Background(), withHits(10, desc("k", "f"), d))
-		if status.Code(err) != codes.InvalidArgument {
-			t.Errorf("descriptor %v: err %v, want InvalidArgument", d, err)
-		}
+	// The valid descriptor before the invalid one is not counted.
+	_, err := c.ShouldRateLimit(context.Background(), withHits(10, desc("k", "f"), neg))
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("is_negative_hits: err %v, want InvalidArgument", err)
 	}
 	runSteps(t, c, []step{{"f untouched", withHits(10, desc("k", "f")), OK, codes_(OK), []uint32{0}, nil}})
+}
+
+// A descriptor hits_addend of 0 (Envoy's apply_on_stream_done check)
+// reads without counting: OK with what remains while one more hit fits,
+// OVER_LIMIT once none does.
+func TestHitsAddendZeroChecks(t *testing.T) {
+	const cfg = `
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 2}
+`
+	c, _ := serveGRPC(t, newService(t, cfg, newClock(t0).opts()))
+	check := desc("k", "a")
+	check.HitsAddend = wrapperspb.UInt64(0)
+	hit := request("d", desc("k", "a"))
+	runSteps(t, c, []step{
+		{"check fresh", request("d", check), OK, codes_(OK), []uint32{2}, []uint32{2}},
+		{"check again", request("d", check), OK, codes_(OK), []uint32{2}, nil},
+		{"hit 1", hit, OK, codes_(OK), []uint32{1}, nil},
+		{"check after 1", request("d", check), OK, codes_(OK), []uint32{1}, nil},
+		{"hit 2", hit, OK, codes_(OK), []uint32{0}, nil},
+		{"check full", request("d", check), OVER, codes_(OVER), []uint32{0}, nil},
+		{"hit 3", hit, OVER, codes_(OVER), []uint32{0}, nil},
+	})
 }
 
 func TestInvalidRequests(t *testing.T) {

@@ -1,0 +1,257 @@
+package decision
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// A file using every field of envoyproxy/ratelimit's format loads.
+const peerFields = `
+domain: shop
+descriptors:
+  - key: tenant
+    value_to_metric: true
+    descriptors:
+      - key: plan
+        value: gold
+        detailed_metric: true
+        rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: service
+    value: billing
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    metadata:
+      quota: {name: billing, tier: 2}
+      tags: [a, b]
+  - key: service
+    value: search
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+    metadata:
+      quota: {name: search, extra: true}
+  - key: path
+    value: files/*
+    share_threshold: true
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: path
+    value: own/*
+    rate_limit: {unit: hour, requests_per_unit: 2}
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 3}
+`
+
+func TestPeerFieldsParse(t *testing.T) {
+	cfg := mustParse(t, peerFields)
+	d := cfg.Domains[0].Descriptors
+	if !d[0].ValueToMetric || !d[0].Descriptors[0].DetailedMetric || !d[1].QuotaMode || !d[3].ShareThreshold {
+		t.Errorf("flags not read: %+v", d)
+	}
+	if got := d[1].Metadata.GetFields()["quota"].GetStructValue().GetFields()["tier"].GetNumberValue(); got != 2 {
+		t.Errorf("metadata tier = %v", got)
+	}
+	for _, tc := range []struct{ yml, want string }{
+		{"domain: d\ndescriptors: [{key: k, value: v, share_threshold: true}]\n", `line 2: descriptors[0].share_threshold: only for a wildcard value (one with "*"), got "v"`},
+		{"domain: d\ndescriptors: [{key: k, metadata: [1, 2]}]\n", "line 2: descriptors[0].metadata: expected a mapping"},
+		{"domain: d\ndescriptors: [{key: k, quota_mode: yes please}]\n", "line 2: descriptors[0].quota_mode: expected true or false"},
+	} {
+		_, err := Parse([]byte(tc.yml))
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.yml, err, tc.want)
+		}
+	}
+}
+
+// quota_mode: a quota descriptor over its limit says OVER_LIMIT in its
+// status, but the request is over limit only when every quota descriptor
+// is, or any other descriptor is.
+func TestQuotaMode(t *testing.T) {
+	c, _ := serveGRPC(t, newService(t, peerFields, newClock(t0).opts()))
+	billing, search := desc("service", "billing"), desc("service", "search")
+	runSteps(t, c, []step{
+		{"both within", request("shop", billing, search), OK, codes_(OK, OK), []uint32{0, 0}, nil},
+		{"billing over alone", request("shop", billing), OVER, codes_(OVER), nil, nil},
+		{"billing over, search too", request("shop", billing, search), OVER, codes_(OVER, OVER), nil, nil},
+	})
+	c2, _ := serveGRPC(t, newService(t, peerFields, newClock(t0).opts()))
+	runSteps(t, c2, []step{
+		{"billing 1", request("shop", billing), OK, codes_(OK), nil, nil},
+		{"billing over, search within", request("shop", billing, search), OK, codes_(OVER, OK), nil, nil},
+		{"plain 1", request("shop", desc("plain", "x")), OK, codes_(OK), nil, nil},
+	})
+	// QUOTA_MODE makes every descriptor a quota.
+	c3, _ := serveGRPC(t, newService(t, peerFields, newClock(t0).optsWith(Options{QuotaMode: true})))
+	p := desc("plain", "y")
+	runSteps(t, c3, []step{
+		{"1", request("shop", p), OK, codes_(OK), nil, nil},
+		{"2", request("shop", p), OK, codes_(OK), nil, nil},
+		{"3", request("shop", p, desc("plain", "z")), OK, codes_(OK, OK), nil, nil},
+		{"4 over, z within", request("shop", p, desc("plain", "z")), OK, codes_(OVER, OK), nil, nil},
+		{"4 over alone", request("shop", p), OVER, codes_(OVER), nil, nil},
+	})
+}
+
+// RESPONSE_DYNAMIC_METADATA: the domain, the request's descriptors and
+// hitsAddend, and the merged metadata of the descriptors within their
+// limits.
+func TestDynamicMetadata(t *testing.T) {
+	c, _ := serveGRPC(t, newService(t, peerFields, newClock(t0).optsWith(Options{DynamicMetadata: true})))
+	own := desc("service", "search")
+	own.HitsAddend = wrapperspb.UInt64(1)
+	req := request("shop", desc("service", "billing"), own, desc("plain", "x"))
+	req.HitsAddend = 1
+	got := func() string {
+		b, err := protojson.Marshal(call(t, c, req).DynamicMetadata)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.ReplaceAll(string(b), " ", "")
+	}
+	first := got()
+	for _, want := range []string{`"domain":"shop"`, `"hitsAddend":1`,
+		`{"entries":["service=billing"]}`, `{"entries":["service=search"],"hitsAddend":1}`,
+		`"metadata":{"quota":{"extra":true,"name":"billing","tier":2},"tags":["a","b"]}`} {
+		if !strings.Contains(first, want) {
+			t.Errorf("first call: %s lacks %s", first, want)
+		}
+	}
+	// Both quotas are now spent: no descriptor with metadata passes.
+	if second := got(); strings.Contains(second, `"metadata"`) {
+		t.Errorf("second call still has metadata: %s", second)
+	}
+	// Off by default.
+	c2, _ := serveGRPC(t, newService(t, peerFields, newClock(t0).opts()))
+	if md := call(t, c2, req).DynamicMetadata; md != nil {
+		t.Errorf("dynamic metadata without the option: %v", md)
+	}
+}
+
+// share_threshold: every value matching the wildcard counts in one counter;
+// without it each value has its own.
+func TestShareThreshold(t *testing.T) {
+	c, _ := serveGRPC(t, newService(t, peerFields, newClock(t0).opts()))
+	runSteps(t, c, []step{
+		{"files/a", request("shop", desc("path", "files/a.pdf")), OK, codes_(OK), []uint32{1}, nil},
+		{"files/b", request("shop", desc("path", "files/b.csv")), OK, codes_(OK), []uint32{0}, nil},
+		{"files/c", request("shop", desc("path", "files/c.txt")), OVER, codes_(OVER), nil, nil},
+		{"own/a", request("shop", desc("path", "own/a")), OK, codes_(OK), []uint32{1}, nil},
+		{"own/b", request("shop", desc("path", "own/b")), OK, codes_(OK), []uint32{1}, nil},
+	})
+}
+
+// envoyproxy/ratelimit's statistics keep its names: the configured path,
+// the request's values with detailed_metric and value_to_metric, the
+// pattern for share_threshold; hits, not requests.
+func TestPeerStatNames(t *testing.T) {
+	s := newService(t, peerFields, newClock(t0).optsWith(Options{PeerStats: true}))
+	c, _ := serveGRPC(t, s)
+	for range 4 {
+		call(t, c, request("shop", desc("plain", "x")))
+	}
+	call(t, c, request("shop", desc("tenant", "acme", "plan", "gold")))
+	call(t, c, request("shop", desc("path", "files/a")))
+	call(t, c, request("shop", desc("path", "own/b")))
+	got := map[string]uint64{}
+	for _, st := range s.PeerStats() {
+		got[st.Name] = st.Value
+	}
+	for name, want := range map[string]uint64{
+		"ratelimit.service.rate_limit.shop.plain.total_hits":                  4,
+		"ratelimit.service.rate_limit.shop.plain.within_limit":                3,
+		"ratelimit.service.rate_limit.shop.plain.over_limit":                  1,
+		"ratelimit.service.rate_limit.shop.plain.near_limit":                  1,
+		"ratelimit.service.rate_limit.shop.tenant_acme.plan_gold.total_hits":  1,
+		"ratelimit.service.rate_limit.shop.path_files/*.total_hits":           1,
+		"ratelimit.service.rate_limit.shop.path_own/*.within_limit":           1,
+		"ratelimit.service.rate_limit.shop.tenant_acme.plan_gold.over_limit":  0,
+		"ratelimit.service.global_shadow_mode":                                0,
+		"ratelimit.service.rate_limit.shop.plain.over_limit_with_local_cache": 0,
+	} {
+		if v, ok := got[name]; !ok || v != want {
+			t.Errorf("%s = %d (present %v), want %d", name, v, ok, want)
+		}
+	}
+}
+
+// The local over-limit cache answers a key found over its limit without
+// the store until its window ends, and counts it in
+// over_limit_with_local_cache.
+func TestLocalOverLimitCache(t *testing.T) {
+	clk := newClock(t0)
+	s := newService(t, peerFields, clk.optsWith(Options{PeerStats: true, LocalCacheBytes: 1 << 20}))
+	c, _ := serveGRPC(t, s)
+	p := request("shop", desc("plain", "x"))
+	runSteps(t, c, []step{
+		{"1", p, OK, codes_(OK), nil, nil}, {"2", p, OK, codes_(OK), nil, nil}, {"3", p, OK, codes_(OK), nil, nil},
+		{"4 over", p, OVER, codes_(OVER), nil, nil},
+		{"5 cached", p, OVER, codes_(OVER), nil, nil},
+	})
+	got := map[string]uint64{}
+	for _, st := range s.PeerStats() {
+		got[st.Name] = st.Value
+	}
+	if got["ratelimit.service.rate_limit.shop.plain.over_limit_with_local_cache"] != 1 || got["ratelimit.service.rate_limit.shop.plain.over_limit"] != 2 {
+		t.Errorf("stats: %v", got)
+	}
+	clk.add(60e9) // the next minute
+	runSteps(t, c, []step{{"next window", p, OK, codes_(OK), []uint32{2}, nil}})
+}
+
+func TestParseFiles(t *testing.T) {
+	a := File{Name: "a.yaml", Data: []byte("domain: d\ndescriptors: [{key: a, rate_limit: {unit: hour, requests_per_unit: 1}}]\n")}
+	b := File{Name: "b.yaml", Data: []byte("domain: d\ndescriptors: [{key: b, rate_limit: {unit: hour, requests_per_unit: 1}}]\n")}
+	b2 := File{Name: "c.yaml", Data: []byte("domain: d\ndescriptors: [{key: b, rate_limit: {unit: hour, requests_per_unit: 1}}]\n")}
+	set1 := File{Name: "s1.yaml", Data: []byte("response_headers: true\ndomain: e\ndescriptors: [{key: x}]\n")}
+	set2 := File{Name: "s2.yaml", Data: []byte("shadow_mode: true\ndomain: f\ndescriptors: [{key: x}]\n")}
+	bad := File{Name: "bad.yaml", Data: []byte("domain: g\ndescriptors: [{key: x, colour: red}]\n")}
+
+	cfg, err := ParseFiles([]File{a, b, set1}, ParseOptions{MergeDomains: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Domains) != 2 || len(cfg.Domains[0].Descriptors) != 2 || !cfg.ResponseHeaders {
+		t.Errorf("merged: %+v", cfg)
+	}
+	for _, tc := range []struct {
+		files []File
+		merge bool
+		want  string
+	}{
+		{[]File{a, b}, false, `b.yaml: domain: duplicate domain "d", also in a.yaml (set MERGE_DOMAIN_CONFIG to merge them)`},
+		{[]File{a, b, b2}, true, `c.yaml: descriptors[0]: duplicate descriptor key "b" value "" in merged domain "d", also in a.yaml`},
+		{[]File{set1, set2}, false, "s2.yaml: shadow_mode: also set in s1.yaml"},
+		{[]File{a, bad}, false, "line 2: bad.yaml: descriptors[0].colour: unknown field"},
+		{nil, false, "no configuration files"},
+	} {
+		_, err := ParseFiles(tc.files, ParseOptions{MergeDomains: tc.merge})
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.files, err, tc.want)
+		}
+	}
+}
+
+// LIMIT_RESPONSE_HEADERS_ENABLED with its names, and SHADOW_MODE, from
+// Options.
+func TestPeerResponseOptions(t *testing.T) {
+	names := &HeaderNames{Limit: "X-Limit", Remaining: "X-Left", Reset: "X-Reset"}
+	c, _ := serveGRPC(t, newService(t, peerFields, newClock(t0).optsWith(Options{ResponseHeaders: names, ShadowMode: true})))
+	p := request("shop", desc("plain", "x"))
+	var resp *rlspb.RateLimitResponse
+	for range 4 {
+		resp = call(t, c, p)
+	}
+	if resp.OverallCode != rlspb.RateLimitResponse_OK || resp.Statuses[0].Code != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Errorf("shadow mode: %v", resp)
+	}
+	h := map[string]string{}
+	for _, hv := range resp.ResponseHeadersToAdd {
+		h[hv.Key] = hv.Value
+	}
+	if h["X-Limit"] != "3" || h["X-Left"] != "0" || h["X-Reset"] != "50" {
+		t.Errorf("headers: %v", h)
+	}
+}

@@ -1,0 +1,125 @@
+package decision
+
+import (
+	"math"
+	"sort"
+	"sync"
+	"sync/atomic"
+)
+
+// peerStats counts envoyproxy/ratelimit's per-limit statistics, by its
+// names and its accounting: each counts hits (a request's hits_addend),
+// not requests, and a call over the limit counts its hits past the limit
+// as over_limit and those between the near-limit threshold and the limit
+// as near_limit, as if every call were added to the counter (see
+// docs/decision-service.md, "Statistics").
+type peerStats struct {
+	nearRatio    float64
+	mu           sync.RWMutex
+	limits       map[string]*limitCounters
+	globalShadow atomic.Uint64
+}
+
+type limitCounters struct {
+	total, over, near, within, shadow, overLocal atomic.Uint64
+}
+
+// The statistics of one limit, in the order of limitCounters.
+var peerStatNames = [...]string{"total_hits", "over_limit", "near_limit", "within_limit", "shadow_mode", "over_limit_with_local_cache"}
+
+func newPeerStats(nearRatio float64) *peerStats {
+	if nearRatio <= 0 || nearRatio > 1 {
+		nearRatio = 0.8
+	}
+	return &peerStats{nearRatio: nearRatio, limits: map[string]*limitCounters{}}
+}
+
+func (p *peerStats) get(name string) *limitCounters {
+	p.mu.RLock()
+	c := p.limits[name]
+	p.mu.RUnlock()
+	if c != nil {
+		return c
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c = p.limits[name]; c == nil {
+		c = &limitCounters{}
+		p.limits[name] = c
+	}
+	return c
+}
+
+func add(c *atomic.Uint64, n int64) {
+	if n > 0 {
+		c.Add(uint64(n))
+	}
+}
+
+// observe counts one decided call of hits against limit, the counter at
+// before without it and after with it.
+func (p *peerStats) observe(name string, limit, before, after, hits int64, allowed, shadow bool) {
+	c := p.get(name)
+	add(&c.total, hits)
+	near := int64(math.Floor(float64(limit) * p.nearRatio))
+	if !allowed {
+		overBy := hits
+		if before < limit && after > limit {
+			overBy = after - limit
+			add(&c.near, limit-max(near, before))
+		}
+		add(&c.over, overBy)
+		if shadow {
+			add(&c.shadow, overBy)
+		}
+		return
+	}
+	if after > near {
+		if before >= near {
+			add(&c.near, hits)
+		} else {
+			add(&c.near, after-near)
+		}
+	}
+	add(&c.within, hits)
+}
+
+// observeLocalCache counts a call answered by the local over-limit cache.
+func (p *peerStats) observeLocalCache(name string, hits int64, shadow bool) {
+	c := p.get(name)
+	add(&c.total, hits)
+	add(&c.over, hits)
+	add(&c.overLocal, hits)
+	if shadow {
+		add(&c.shadow, hits)
+	}
+}
+
+// A PeerStat is one of envoyproxy/ratelimit's statistics and its count
+// since the service started.
+type PeerStat struct {
+	Name  string
+	Value uint64
+}
+
+// PeerStats returns envoyproxy/ratelimit's statistics counted so far
+// (Options.PeerStats), sorted by name: for each limit seen,
+// ratelimit.service.rate_limit.<domain>.<key path>.<stat>, and
+// ratelimit.service.global_shadow_mode. Counters only grow.
+func (s *Service) PeerStats() []PeerStat {
+	p := s.peer
+	if p == nil {
+		return nil
+	}
+	p.mu.RLock()
+	out := make([]PeerStat, 0, len(p.limits)*len(peerStatNames)+1)
+	for name, c := range p.limits {
+		for i, v := range []*atomic.Uint64{&c.total, &c.over, &c.near, &c.within, &c.shadow, &c.overLocal} {
+			out = append(out, PeerStat{Name: "ratelimit.service.rate_limit." + name + "." + peerStatNames[i], Value: v.Load()})
+		}
+	}
+	p.mu.RUnlock()
+	out = append(out, PeerStat{Name: "ratelimit.service.global_shadow_mode", Value: p.globalShadow.Load()})
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
