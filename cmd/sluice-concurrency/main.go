@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"os"
 
 	"github.com/seed-008287da/sluice/internal/buildinfo"
 	"github.com/seed-008287da/sluice/internal/kongplugin"
@@ -17,12 +18,13 @@ import (
 
 func main() {
 	showVersion := flag.Bool("version", false, "print the version and exit")
+	inspect := flag.String("inspect-listen", os.Getenv("SLUICE_INSPECT_LISTEN"), "loopback address of the local HTTP listener for counters, resets and top lists (docs/kong-plugins.md); empty disables it")
 	flag.Parse()
 	if *showVersion {
 		fmt.Println(buildinfo.Version())
 		return
 	}
-	if err := kongplugin.Serve(buildinfo.Version(), kongplugin.ConcurrencyPriority, (*kongplugin.Process).NewConcurrency); err != nil {
+	if err := kongplugin.Serve(buildinfo.Version(), kongplugin.ConcurrencyPriority, (*kongplugin.Process).NewConcurrency, kongplugin.ServeOptions{InspectListen: *inspect}); err != nil {
 		log.Fatal(err)
 	}
 }

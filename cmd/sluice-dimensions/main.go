@@ -24,7 +24,7 @@ func main() {
 		fmt.Println(buildinfo.Version())
 		return
 	}
-	if err := kongplugin.Serve(buildinfo.Version(), kongplugin.DimensionsPriority, (*kongplugin.Process).NewDimensions); err != nil {
+	if err := kongplugin.Serve(buildinfo.Version(), kongplugin.DimensionsPriority, (*kongplugin.Process).NewDimensions, kongplugin.ServeOptions{}); err != nil {
 		log.Fatal(err)
 	}
 }

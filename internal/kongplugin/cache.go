@@ -107,3 +107,16 @@ func (l *lazy[T]) get(now func() time.Time, build func() (T, error)) (T, error) 
 	l.err = nil
 	return v, nil
 }
+
+// each calls f with every cached value.
+func (c *compiledCache[T]) each(f func(T)) {
+	c.mu.Lock()
+	vals := make([]T, 0, len(c.m))
+	for _, e := range c.m {
+		vals = append(vals, e.val)
+	}
+	c.mu.Unlock()
+	for _, v := range vals {
+		f(v)
+	}
+}

@@ -1,0 +1,220 @@
+package kongplugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/seed-008287da/sluice/policy"
+)
+
+// The optional local HTTP listener of a plugin server
+// (docs/kong-plugins.md): the rate-limiting and concurrency configs this
+// process has compiled, one identifier's counter, its reset and the top
+// lists, as the gateway's counters API answers them (docs/admin-api.md).
+
+// inspectable is what the compiled configs offer (policy.Advanced and
+// policy.Concurrency).
+type inspectable interface {
+	Info() policy.Info
+	Counter(ctx context.Context, identifier string, now time.Time) (policy.Counter, error)
+	Reset(ctx context.Context, identifier string, now time.Time) error
+	Top(now time.Time, by policy.TopBy, n int) []policy.TopEntry
+}
+
+// InspectedPlugin is one compiled config of the process.
+type InspectedPlugin struct {
+	// ID is the Kong plugin id (__plugin_id), when Kong sent it.
+	ID           string `json:"id,omitempty"`
+	Name         string `json:"name"`
+	InstanceName string `json:"instance_name,omitempty"`
+	policy.Info
+}
+
+type inspectedPlugin struct {
+	InspectedPlugin
+	in inspectable
+}
+
+// plugins lists the compiled configs, by namespace.
+func (p *Process) plugins() []inspectedPlugin {
+	var out []inspectedPlugin
+	p.rla.each(func(rc *rlaCompiled) {
+		k := rc.cfg.Kong
+		out = append(out, inspectedPlugin{InspectedPlugin{ID: k.PluginID, Name: "sluice-rate-limiting",
+			InstanceName: k.PluginInstanceName, Info: rc.adv.Info()}, rc.adv})
+	})
+	p.conc.each(func(cc *concCompiled) {
+		out = append(out, inspectedPlugin{InspectedPlugin{Name: "sluice-concurrency", Info: cc.pol.Info()}, cc.pol})
+	})
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Name != out[j].Name {
+			return out[i].Name < out[j].Name
+		}
+		return out[i].Namespace < out[j].Namespace
+	})
+	return out
+}
+
+// plugin finds a compiled config by Kong plugin id, instance name or
+// namespace.
+func (p *Process) plugin(ref string) (inspectedPlugin, bool) {
+	for _, pl := range p.plugins() {
+		if ref != "" && (pl.ID == ref || pl.InstanceName == ref || pl.Namespace == ref) {
+			return pl, true
+		}
+	}
+	return inspectedPlugin{}, false
+}
+
+// InspectHandler serves the inspect calls of the process:
+//
+//	GET    /rate-limiting/plugins
+//	GET    /rate-limiting/plugins/{id, instance_name or namespace}/counters/{identifier}
+//	DELETE /rate-limiting/plugins/{id, instance_name or namespace}/counters/{identifier}
+//	GET    /rate-limiting/top?plugin=...&by=denied|requests&n=20
+//
+// A config is listed once Kong has sent it a request. Calls that change
+// state are refused from another browser origin. Serve it on loopback
+// only (ListenInspect refuses anything else): it has no token.
+func (p *Process) InspectHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /rate-limiting/plugins", func(w http.ResponseWriter, r *http.Request) {
+		list := []InspectedPlugin{}
+		for _, pl := range p.plugins() {
+			list = append(list, pl.InspectedPlugin)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"data": list})
+	})
+	mux.HandleFunc("GET /rate-limiting/plugins/{plugin}/counters/{identifier...}", func(w http.ResponseWriter, r *http.Request) {
+		pl, ok := p.plugin(r.PathValue("plugin"))
+		if !ok {
+			writeJSON(w, http.StatusNotFound, map[string]any{"message": "no rate-limiting plugin with that id, instance_name or namespace"})
+			return
+		}
+		c, err := pl.in.Counter(r.Context(), r.PathValue("identifier"), p.now())
+		if err != nil {
+			inspectError(w, err)
+			return
+		}
+		if c.Empty() {
+			writeJSON(w, http.StatusNotFound, map[string]any{"message": "no counter for identifier '" + r.PathValue("identifier") + "'"})
+			return
+		}
+		writeJSON(w, http.StatusOK, struct {
+			Plugin InspectedPlugin `json:"plugin"`
+			policy.Counter
+		}{pl.InspectedPlugin, c})
+	})
+	mux.HandleFunc("DELETE /rate-limiting/plugins/{plugin}/counters/{identifier...}", func(w http.ResponseWriter, r *http.Request) {
+		if !sameOrigin(r) {
+			writeJSON(w, http.StatusForbidden, map[string]any{"message": "cross-origin calls that change state are refused"})
+			return
+		}
+		pl, ok := p.plugin(r.PathValue("plugin"))
+		if !ok {
+			writeJSON(w, http.StatusNotFound, map[string]any{"message": "no rate-limiting plugin with that id, instance_name or namespace"})
+			return
+		}
+		if err := pl.in.Reset(r.Context(), r.PathValue("identifier"), p.now()); err != nil {
+			p.log.Error("kongplugin: resetting a counter failed", "plugin", pl.Name, "namespace", pl.Namespace, "identifier", r.PathValue("identifier"), "error", err)
+			inspectError(w, err)
+			return
+		}
+		p.log.Info("kongplugin: counter reset", "plugin", pl.Name, "namespace", pl.Namespace, "identifier", r.PathValue("identifier"))
+		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET /rate-limiting/top", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		by := policy.TopByDenied
+		byName := "denied"
+		switch q.Get("by") {
+		case "", "denied":
+		case "requests":
+			by, byName = policy.TopByRequests, "requests"
+		default:
+			writeJSON(w, http.StatusBadRequest, map[string]any{"message": "by: want denied or requests"})
+			return
+		}
+		n := 20
+		if v := q.Get("n"); v != "" {
+			var err error
+			if n, err = strconv.Atoi(v); err != nil || n < 1 || n > 1000 {
+				writeJSON(w, http.StatusBadRequest, map[string]any{"message": "n: want a whole number from 1 to 1000"})
+				return
+			}
+		}
+		type list struct {
+			Plugin  InspectedPlugin   `json:"plugin"`
+			By      string            `json:"by"`
+			Entries []policy.TopEntry `json:"top"`
+		}
+		out := []list{}
+		for _, pl := range p.plugins() {
+			if ref := q.Get("plugin"); ref != "" && pl.ID != ref && pl.InstanceName != ref && pl.Namespace != ref {
+				continue
+			}
+			out = append(out, list{pl.InspectedPlugin, byName, pl.in.Top(p.now(), by, n)})
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"data": out})
+	})
+	return mux
+}
+
+func inspectError(w http.ResponseWriter, err error) {
+	code := http.StatusServiceUnavailable
+	if errors.Is(err, policy.ErrNotInspectable) {
+		code = http.StatusNotImplemented
+	}
+	writeJSON(w, code, map[string]any{"message": err.Error()})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func sameOrigin(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "cross-site", "same-site":
+		return false
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
+	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host)
+}
+
+// ListenInspect serves InspectHandler on addr, a loopback address
+// ("127.0.0.1:9901"), until ctx ends. It returns once the listener is
+// open, with its address, or with the error that kept it from opening.
+func (p *Process) ListenInspect(ctx context.Context, addr string) (net.Addr, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return nil, errors.New("kongplugin: the inspect listener has no token: give a loopback address, not " + addr)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: p.InspectHandler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	go func() { _ = srv.Serve(ln) }()
+	return ln.Addr(), nil
+}
