@@ -459,6 +459,27 @@ func TestConsistentHashingEndToEnd(t *testing.T) {
 			}
 		}
 	})
+	t.Run("query_arg then path", func(t *testing.T) {
+		_, base := startGateway(t, upstreamsConfig("  algorithm: consistent-hashing\n  hash_on: query_arg\n  hash_on_query_arg: tenant\n  hash_fallback: path\n", s...), Options{})
+		seen := map[string]bool{}
+		for i := range 30 {
+			for _, u := range []string{fmt.Sprintf("/x?tenant=t%d", i), fmt.Sprintf("/p%d", i)} {
+				_, first, err := get(t, cl, base+u, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				seen[first] = true
+				for range 3 {
+					if _, again, _ := get(t, cl, base+u, nil); again != first {
+						t.Fatalf("%s went to %s then %s", u, first, again)
+					}
+				}
+			}
+		}
+		if len(seen) < 2 {
+			t.Errorf("60 keys all went to %v", seen)
+		}
+	})
 	t.Run("target host header", func(t *testing.T) {
 		_, base := startGateway(t, upstreamsConfig("", s[0]), Options{})
 		res, _, err := get(t, cl, base+"/", nil)
