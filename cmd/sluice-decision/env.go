@@ -1,11 +1,19 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
+	"time"
+
+	"github.com/seed-008287da/sluice/internal/decision"
+	"github.com/seed-008287da/sluice/ratelimit/redisstore"
 )
 
 // envoyproxy/ratelimit is configured by environment variables; sluice-decision
@@ -34,6 +42,14 @@ var envFlags = []struct{ env, flag string }{
 	{"LIMIT_RESET_HEADER", "reset-header"},
 	{"NEAR_LIMIT_RATIO", "near-limit-ratio"},
 	{"LOCAL_CACHE_SIZE_IN_BYTES", "local-cache-bytes"},
+	{"STATS_FLUSH_INTERVAL", "statsd-interval"},
+	{"USE_DOG_STATSD", "dogstatsd"},
+	{"EXTRA_TAGS", "statsd-tags"},
+	{"GRPC_SERVER_TLS_CERT", "grpc-tls-cert"},
+	{"GRPC_SERVER_TLS_KEY", "grpc-tls-key"},
+	{"GRPC_CLIENT_TLS_CACERT", "grpc-client-ca"},
+	{"GRPC_MAX_CONNECTION_AGE", "grpc-max-connection-age"},
+	{"GRPC_MAX_CONNECTION_AGE_GRACE", "grpc-max-connection-age-grace"},
 }
 
 // An unsupported variable: fine when its value is one of ok (compared
@@ -56,6 +72,8 @@ var unsupportedEnv = []unsupported{
 	{env: "MEMCACHE_HOST_PORT", reason: "memcached is not implemented; use Redis or the memory store"},
 	{env: "MEMCACHE_SRV", reason: "memcached is not implemented; use Redis or the memory store"},
 	{env: "CONFIG_GRPC_XDS_SERVER_URL", ok: []string{"localhost:18000"}, reason: "xDS configuration is not implemented"},
+	{env: "USE_DOG_STATSD_MOGRIFIERS", reason: "DogStatsD mogrifiers are not implemented; tags come from EXTRA_TAGS only"},
+	{env: "DOG_STATSD_MOGRIFIERS", reason: "DogStatsD mogrifiers are not implemented; tags come from EXTRA_TAGS only"},
 	{env: "GRPC_CLIENT_TLS_SAN", reason: "client certificates are checked against -grpc-client-ca only, not a SAN"},
 	{env: "EXPIRATION_JITTER_MAX_SECONDS", ok: []string{"300"}, warn: true, reason: "sluice's stores expire keys at the end of their window"},
 	{env: "REDIS_POOL_SIZE", ok: []string{"10"}, warn: true, reason: "sluice's Redis client pipelines over few connections and sizes itself"},
@@ -121,6 +139,45 @@ func applyEnv(f *flags, fs *flag.FlagSet, set map[string]bool, getenv func(strin
 		}
 		f.httpListen = addr
 	}
+	if !set["debug"] {
+		if _, hasPort := lookup(getenv, "DEBUG_PORT"); hasPort {
+			addr, err := hostPort(getenv, "DEBUG_HOST", "DEBUG_PORT", "127.0.0.1:6070", &f.warnings)
+			if err != nil {
+				return err
+			}
+			f.debugListen = addr
+		} else if h, hasHost := lookup(getenv, "DEBUG_HOST"); hasHost {
+			f.debugListen = net.JoinHostPort(h, "6070")
+		}
+	}
+	if !set["statsd"] {
+		addr, err := statsdEnv(getenv)
+		if err != nil {
+			return err
+		}
+		f.statsd = addr
+	}
+	if v, ok := lookup(getenv, "GRPC_SERVER_USE_TLS"); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("GRPC_SERVER_USE_TLS=%q: expected true or false", v)
+		}
+		if b && f.grpcCert == "" {
+			return errors.New("GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY")
+		}
+		if !b && !set["grpc-tls-cert"] {
+			f.grpcCert, f.grpcKey, f.grpcClientCA = "", "", ""
+		}
+	} else if f.grpcCert != "" && !set["grpc-tls-cert"] {
+		// As envoyproxy/ratelimit: the files alone do not turn TLS on.
+		f.grpcCert, f.grpcKey, f.grpcClientCA = "", "", ""
+		f.warnings = append(f.warnings, "GRPC_SERVER_TLS_CERT is set without GRPC_SERVER_USE_TLS=true: gRPC is served in plaintext, as envoyproxy/ratelimit does")
+	}
+	st, err := redisEnv(getenv)
+	if err != nil {
+		return err
+	}
+	f.store = st
 	for _, u := range unsupportedEnv {
 		v, ok := lookup(getenv, u.env)
 		if !ok || u.accepts(v) {
@@ -169,4 +226,192 @@ func hostPort(getenv func(string) (string, bool), hostEnv, portEnv, def string, 
 		*warnings = append(*warnings, fmt.Sprintf("%s is set and %s is not: listening on %s, loopback only (envoyproxy/ratelimit would listen on 0.0.0.0); set %s=0.0.0.0 to serve other machines", portEnv, hostEnv, net.JoinHostPort(host, port), hostEnv))
 	}
 	return net.JoinHostPort(host, port), nil
+}
+
+// redisEnv builds the store from envoyproxy/ratelimit's REDIS_* variables;
+// nil when REDIS_URL is not set (the file's store is used).
+func redisEnv(getenv func(string) (string, bool)) (*decision.StoreConfig, error) {
+	if v, ok := lookup(getenv, "BACKEND_TYPE"); ok && !strings.EqualFold(v, "redis") {
+		return nil, fmt.Errorf("BACKEND_TYPE=%q is not supported: only redis (or sluice's memory store, in the file)", v)
+	}
+	for _, name := range []string{"REDIS_PERSECOND", "REDIS_PERSECOND_URL"} {
+		if v, ok := lookup(getenv, name); ok && !strings.EqualFold(v, "false") {
+			return nil, fmt.Errorf("%s=%q is not supported: sluice uses one Redis for every limit", name, v)
+		}
+	}
+	url, ok := lookup(getenv, "REDIS_URL")
+	if !ok {
+		for _, name := range []string{"REDIS_TYPE", "REDIS_AUTH", "REDIS_TLS", "REDIS_SOCKET_TYPE"} {
+			if _, set := lookup(getenv, name); set {
+				return nil, fmt.Errorf("%s is set but REDIS_URL is not", name)
+			}
+		}
+		return nil, nil
+	}
+	if st, _ := lookup(getenv, "REDIS_SOCKET_TYPE"); !strings.EqualFold(st, "tcp") {
+		return nil, fmt.Errorf("REDIS_SOCKET_TYPE=%q is not supported: sluice reaches Redis over tcp only (envoyproxy/ratelimit's default is unix); set REDIS_SOCKET_TYPE=tcp", st)
+	}
+	rc := decision.RedisConfig{Namespace: "decision"}
+	addrs := func(list []string) ([]redisstore.Addr, error) {
+		var out []redisstore.Addr
+		for _, a := range list {
+			host, port, err := net.SplitHostPort(strings.TrimSpace(a))
+			n, perr := strconv.Atoi(port)
+			if err != nil || perr != nil || n <= 0 || n > 65535 {
+				return nil, fmt.Errorf("REDIS_URL=%q: %q is not host:port", url, a)
+			}
+			out = append(out, redisstore.Addr{Host: host, Port: n})
+		}
+		return out, nil
+	}
+	typ, _ := lookup(getenv, "REDIS_TYPE")
+	parts := strings.Split(url, ",")
+	switch strings.ToLower(typ) {
+	case "", "single":
+		a, err := addrs(parts[:1])
+		if err != nil {
+			return nil, err
+		}
+		if len(parts) > 1 {
+			return nil, fmt.Errorf("REDIS_URL=%q: one host:port for REDIS_TYPE single", url)
+		}
+		rc.Host, rc.Port = a[0].Host, a[0].Port
+	case "sentinel":
+		if len(parts) < 2 {
+			return nil, fmt.Errorf("REDIS_URL=%q: want master-name,host:port[,host:port...] for REDIS_TYPE sentinel", url)
+		}
+		rc.SentinelMaster = parts[0]
+		a, err := addrs(parts[1:])
+		if err != nil {
+			return nil, err
+		}
+		rc.SentinelNodes = a
+		if v, ok := lookup(getenv, "REDIS_SENTINEL_AUTH"); ok {
+			rc.SentinelUsername, rc.SentinelPassword = splitAuth(v)
+		}
+	case "cluster":
+		a, err := addrs(parts)
+		if err != nil {
+			return nil, err
+		}
+		rc.ClusterNodes = a
+	default:
+		return nil, fmt.Errorf("REDIS_TYPE=%q: want single, sentinel or cluster", typ)
+	}
+	if v, ok := lookup(getenv, "REDIS_AUTH"); ok {
+		rc.Username, rc.Password = splitAuth(v)
+	}
+	if v, ok := lookup(getenv, "REDIS_TLS"); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, fmt.Errorf("REDIS_TLS=%q: expected true or false", v)
+		}
+		rc.SSL = b
+		rc.SSLVerify = b
+	}
+	if v, ok := lookup(getenv, "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"); ok && strings.EqualFold(v, "true") {
+		rc.SSLVerify = false
+	}
+	if rc.SSL {
+		tc, err := tlsFiles("REDIS_TLS", getenv)
+		if err != nil {
+			return nil, err
+		}
+		rc.TLSConfig = tc
+	}
+	if v, ok := lookup(getenv, "REDIS_TIMEOUT"); ok {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("REDIS_TIMEOUT=%q: expected a duration such as 200ms", v)
+		}
+		rc.Timeout = d
+	}
+	return &decision.StoreConfig{Type: "redis", Redis: rc}, nil
+}
+
+// statsdEnv returns the statsd address from USE_STATSD, STATSD_HOST and
+// STATSD_PORT. envoyproxy/ratelimit sends statistics to localhost:8125
+// unless USE_STATSD=false; sluice sends them only when USE_STATSD=true or
+// one of STATSD_HOST, STATSD_PORT, USE_DOG_STATSD is set, and not when
+// DISABLE_STATS=true.
+func statsdEnv(getenv func(string) (string, bool)) (string, error) {
+	flag := func(name string) (bool, bool, error) {
+		v, ok := lookup(getenv, name)
+		if !ok {
+			return false, false, nil
+		}
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return false, true, fmt.Errorf("%s=%q: expected true or false", name, v)
+		}
+		return b, true, nil
+	}
+	disabled, _, err := flag("DISABLE_STATS")
+	if err != nil || disabled {
+		return "", err
+	}
+	use, useSet, err := flag("USE_STATSD")
+	if err != nil {
+		return "", err
+	}
+	dog, _, err := flag("USE_DOG_STATSD")
+	if err != nil {
+		return "", err
+	}
+	host, hasHost := lookup(getenv, "STATSD_HOST")
+	port, hasPort := lookup(getenv, "STATSD_PORT")
+	if useSet && !use && !dog {
+		return "", nil
+	}
+	if !use && !dog && !hasHost && !hasPort {
+		return "", nil
+	}
+	if !hasHost {
+		host = "localhost"
+	}
+	if !hasPort {
+		port = "8125"
+	}
+	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+		return "", fmt.Errorf("STATSD_PORT=%q: expected a port number", port)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// splitAuth reads "password" or "user:password".
+func splitAuth(v string) (user, password string) {
+	if u, p, ok := strings.Cut(v, ":"); ok {
+		return u, p
+	}
+	return "", v
+}
+
+// tlsFiles reads PREFIX_CACERT, PREFIX_CLIENT_CERT and PREFIX_CLIENT_KEY
+// into a TLS configuration.
+func tlsFiles(prefix string, getenv func(string) (string, bool)) (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca, ok := lookup(getenv, prefix+"_CACERT"); ok {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("%s_CACERT: %w", prefix, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s_CACERT=%q: no PEM certificate in it", prefix, ca)
+		}
+		tc.RootCAs = pool
+	}
+	cert, hasCert := lookup(getenv, prefix+"_CLIENT_CERT")
+	key, hasKey := lookup(getenv, prefix+"_CLIENT_KEY")
+	if hasCert != hasKey {
+		return nil, fmt.Errorf("%s_CLIENT_CERT and %s_CLIENT_KEY go together", prefix, prefix)
+	}
+	if hasCert {
+		c, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("%s_CLIENT_CERT/%s_CLIENT_KEY: %w", prefix, prefix, err)
+		}
+		tc.Certificates = []tls.Certificate{c}
+	}
+	return tc, nil
 }

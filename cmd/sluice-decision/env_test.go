@@ -162,15 +162,24 @@ func TestRuntimeDirectory(t *testing.T) {
 func TestUnsupportedEnv(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
 	writeFile(t, cfg, config)
-	cmd := command(t, "-c", cfg, "-check")
-	cmd.Env = append(cmd.Env, "BACKEND_TYPE=memcache", "CONFIG_TYPE=GRPC_XDS_SOTW")
-	out, err := cmd.CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), `CONFIG_TYPE="GRPC_XDS_SOTW" is not supported`) {
-		t.Errorf("CONFIG_TYPE: %v\n%s", err, out)
+	for env, want := range map[string]string{
+		"BACKEND_TYPE=memcache":         `BACKEND_TYPE="memcache" is not supported`,
+		"CONFIG_TYPE=GRPC_XDS_SOTW":     `CONFIG_TYPE="GRPC_XDS_SOTW" is not supported`,
+		"REDIS_URL=/var/run/redis.sock": `REDIS_SOCKET_TYPE="" is not supported: sluice reaches Redis over tcp only`,
+		"REDIS_PERSECOND=true":          `REDIS_PERSECOND="true" is not supported: sluice uses one Redis for every limit`,
+		"EXTRA_TAGS=a:b":                "-statsd-tags (EXTRA_TAGS) needs -dogstatsd (USE_DOG_STATSD)",
+		"GRPC_SERVER_USE_TLS=true":      "GRPC_SERVER_USE_TLS=true needs GRPC_SERVER_TLS_CERT and GRPC_SERVER_TLS_KEY",
+	} {
+		cmd := command(t, "-c", cfg, "-check")
+		cmd.Env = append(cmd.Env, env)
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), want) {
+			t.Errorf("%s: %v\n%s", env, err, out)
+		}
 	}
-	cmd = command(t, "-c", cfg, "-check")
+	cmd := command(t, "-c", cfg, "-check")
 	cmd.Env = append(cmd.Env, "REDIS_POOL_SIZE=50", "LOG_LEVEL=WARNING")
-	out, err = cmd.CombinedOutput()
+	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), `REDIS_POOL_SIZE=\"50\" is not supported`) {
 		t.Errorf("REDIS_POOL_SIZE: %v\n%s", err, out)
 	}

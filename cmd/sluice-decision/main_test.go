@@ -99,6 +99,7 @@ func TestCheck(t *testing.T) {
 type service struct {
 	cmd        *exec.Cmd
 	grpc, http string
+	debug      string // "http://host:port" when the debug port is on
 	done       chan error
 	stderr     *syncBuffer
 }
@@ -141,13 +142,16 @@ func startWith(t *testing.T, env []string, args ...string) *service {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	addrs := make(chan [2]string, 1)
+	addrs := make(chan [3]string, 1)
 	go func() {
-		var a [2]string
+		var a [3]string
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
 			if v, ok := strings.CutPrefix(sc.Text(), "grpc listening on "); ok {
 				a[0] = v
+			}
+			if v, ok := strings.CutPrefix(sc.Text(), "debug listening on "); ok {
+				a[2] = "http://" + v
 			}
 			if v, ok := strings.CutPrefix(sc.Text(), "http listening on "); ok {
 				a[1] = v
@@ -159,7 +163,7 @@ func startWith(t *testing.T, env []string, args ...string) *service {
 	go func() { s.done <- cmd.Wait() }()
 	select {
 	case a := <-addrs:
-		s.grpc, s.http = a[0], "http://"+a[1]
+		s.grpc, s.http, s.debug = a[0], "http://"+a[1], a[2]
 	case err := <-s.done:
 		t.Fatalf("sluice-decision exited: %v\n%s", err, s.stderr)
 	case <-time.After(30 * time.Second):

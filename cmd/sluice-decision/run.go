@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +18,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/seed-008287da/sluice/internal/buildinfo"
 	"github.com/seed-008287da/sluice/internal/configsource"
@@ -50,7 +55,19 @@ type flags struct {
 	nearLimitRatio    float64
 	localCacheBytes   int
 
-	warnings []string // about the environment, logged once the logger exists
+	statsd          string
+	statsdInterval  time.Duration
+	dogstatsd       bool
+	statsdTags      string
+	debugListen     string
+	grpcCert        string
+	grpcKey         string
+	grpcClientCA    string
+	grpcMaxAge      time.Duration
+	grpcMaxAgeGrace time.Duration
+
+	store    *decision.StoreConfig // from REDIS_*, nil for the file's
+	warnings []string              // about the environment, logged once the logger exists
 }
 
 // runtimeDir is the directory of configuration files in the peer's layout.
@@ -79,6 +96,16 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight calls may take to finish on shutdown")
 	fs.IntVar(&f.topKeys, "top-keys", 128, "descriptors each domain tracks per 10 seconds for GET /rate-limiting/top (memory: 6 x this many entries per domain); 0 disables the top lists")
+	fs.StringVar(&f.statsd, "statsd", "", "send envoyproxy/ratelimit's statistics to this statsd UDP `host:port` (USE_STATSD, STATSD_HOST, STATSD_PORT); empty: off")
+	fs.DurationVar(&f.statsdInterval, "statsd-interval", 10*time.Second, "STATS_FLUSH_INTERVAL: how often statistics are sent")
+	fs.BoolVar(&f.dogstatsd, "dogstatsd", false, "USE_DOG_STATSD: DogStatsD lines, with -statsd-tags")
+	fs.StringVar(&f.statsdTags, "statsd-tags", "", "EXTRA_TAGS: `k1:v1,k2:v2` added to every DogStatsD line")
+	fs.StringVar(&f.debugListen, "debug", "", "debug listen `address` (/rlconfig, /stats, /debug/pprof/; DEBUG_HOST, DEBUG_PORT); empty: off")
+	fs.StringVar(&f.grpcCert, "grpc-tls-cert", "", "GRPC_SERVER_TLS_CERT: serve gRPC over TLS with this certificate `file` (PEM)")
+	fs.StringVar(&f.grpcKey, "grpc-tls-key", "", "GRPC_SERVER_TLS_KEY: the certificate's key `file` (PEM)")
+	fs.StringVar(&f.grpcClientCA, "grpc-client-ca", "", "GRPC_CLIENT_TLS_CACERT: require client certificates signed by this CA `file` (mTLS)")
+	fs.DurationVar(&f.grpcMaxAge, "grpc-max-connection-age", 0, "GRPC_MAX_CONNECTION_AGE: close gRPC connections after this long (GOAWAY); 0: never")
+	fs.DurationVar(&f.grpcMaxAgeGrace, "grpc-max-connection-age-grace", 0, "GRPC_MAX_CONNECTION_AGE_GRACE: then force them closed after this long")
 	fs.BoolVar(&f.quotaMode, "quota-mode", false, "QUOTA_MODE: every descriptor is a quota (over limit only when all quota descriptors are)")
 	fs.BoolVar(&f.shadowMode, "shadow-mode", false, "SHADOW_MODE: answer OK to every request; statuses still tell")
 	fs.BoolVar(&f.dynamicMetadata, "response-dynamic-metadata", false, "RESPONSE_DYNAMIC_METADATA: fill the response's dynamic_metadata")
@@ -101,6 +128,15 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	fs.Visit(func(fl *flag.Flag) { set[fl.Name] = true })
 	if err := applyEnv(f, fs, set, getenv); err != nil {
 		return nil, err
+	}
+	if (f.grpcCert == "") != (f.grpcKey == "") {
+		return nil, errors.New("-grpc-tls-cert and -grpc-tls-key go together")
+	}
+	if f.grpcClientCA != "" && f.grpcCert == "" {
+		return nil, errors.New("-grpc-client-ca needs -grpc-tls-cert and -grpc-tls-key")
+	}
+	if f.statsdTags != "" && !f.dogstatsd {
+		return nil, errors.New("-statsd-tags (EXTRA_TAGS) needs -dogstatsd (USE_DOG_STATSD): plain statsd has no tags")
 	}
 	if f.nearLimitRatio <= 0 || f.nearLimitRatio > 1 {
 		return nil, fmt.Errorf("-near-limit-ratio: %v is not in (0, 1]", f.nearLimitRatio)
@@ -206,7 +242,7 @@ func (f *flags) options(log *slog.Logger, reg *prometheus.Registry) decision.Opt
 	o := decision.Options{Logger: log, Registry: reg, HealthyWithConfig: f.healthyWithConfig,
 		MergeDomains: f.mergeDomains, StartInvalid: true, QuotaMode: f.quotaMode, ShadowMode: f.shadowMode,
 		DynamicMetadata: f.dynamicMetadata, NearLimitRatio: f.nearLimitRatio, LocalCacheBytes: f.localCacheBytes,
-		TopKeys: topKeys(f.topKeys)}
+		TopKeys: topKeys(f.topKeys), Store: f.store, PeerStats: f.statsd != "" || f.debugListen != ""}
 	if f.responseHeaders {
 		o.ResponseHeaders = &decision.HeaderNames{Limit: f.limitHeader, Remaining: f.remainingHeader, Reset: f.resetHeader}
 	}
@@ -262,6 +298,51 @@ func (f *flags) startWatch(ctx context.Context, svc *decision.Service, log *slog
 	return configsource.OpenDir(ctx, f.runtimeDir(), opts)
 }
 
+// grpcOptions are the gRPC server's TLS and keepalive options.
+func (f *flags) grpcOptions() ([]grpc.ServerOption, error) {
+	var opts []grpc.ServerOption
+	if f.grpcMaxAge > 0 {
+		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: f.grpcMaxAge, MaxConnectionAgeGrace: f.grpcMaxAgeGrace}))
+	}
+	if f.grpcCert == "" {
+		return opts, nil
+	}
+	cert, err := tls.LoadX509KeyPair(f.grpcCert, f.grpcKey)
+	if err != nil {
+		return nil, fmt.Errorf("-grpc-tls-cert/-grpc-tls-key: %w", err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if f.grpcClientCA != "" {
+		pem, err := os.ReadFile(f.grpcClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("-grpc-client-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("-grpc-client-ca %s: no PEM certificate in it", f.grpcClientCA)
+		}
+		tc.ClientCAs = pool
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return append(opts, grpc.Creds(credentials.NewTLS(tc))), nil
+}
+
+// parseTags reads "k1:v1,k2:v2".
+func parseTags(s string) (map[string]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	tags := map[string]string{}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), ":")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("-statsd-tags (EXTRA_TAGS) %q: want k1:v1,k2:v2", s)
+		}
+		tags[k] = v
+	}
+	return tags, nil
+}
+
 // listen opens a TCP listener, or a Unix socket for "unix:PATH" (a stale
 // socket file left by an earlier run is replaced).
 func listen(addr string) (net.Listener, error) {
@@ -291,15 +372,44 @@ func serve(ctx context.Context, f *flags, hup <-chan os.Signal, log *slog.Logger
 		defer src.Close()
 	}
 
+	if f.statsd != "" {
+		tags, err := parseTags(f.statsdTags)
+		if err != nil {
+			return err
+		}
+		sink, err := svc.StartStatsd(decision.StatsdOptions{Addr: f.statsd, Interval: f.statsdInterval, Dogstatsd: f.dogstatsd, Tags: tags})
+		if err != nil {
+			return err
+		}
+		defer sink.Close()
+		log.Info("statsd", "addr", f.statsd, "interval", f.statsdInterval.String())
+	}
+	gopts, err := f.grpcOptions()
+	if err != nil {
+		return err
+	}
 	gl, err := listen(f.grpcListen)
 	if err != nil {
 		return fmt.Errorf("grpc listener: %w", err)
 	}
-	gs := decision.NewGRPCServer(svc)
+	gs := decision.NewGRPCServer(svc, gopts...)
 	errc := make(chan error, 2)
 	go func() { errc <- gs.Serve(gl) }()
 	fmt.Fprintf(stdout, "grpc listening on %s\n", gl.Addr())
 	log.Info("grpc listening", "addr", gl.Addr().String())
+
+	if f.debugListen != "" {
+		dl, err := listen(f.debugListen)
+		if err != nil {
+			gs.Stop()
+			return fmt.Errorf("debug listener: %w", err)
+		}
+		ds := &http.Server{Handler: svc.DebugHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = ds.Serve(dl) }()
+		defer ds.Close()
+		fmt.Fprintf(stdout, "debug listening on %s\n", dl.Addr())
+		log.Info("debug listening", "addr", dl.Addr().String())
+	}
 
 	var hs *http.Server
 	if f.httpListen != "" {

@@ -82,6 +82,8 @@ type Config struct {
 	// Check configures GET /check (nginx auth_request, Traefik
 	// forwardAuth); nil leaves it off.
 	Check *CheckConfig
+
+	storeSet bool // the file has a store section
 }
 
 // The formats of Config.ResponseHeaderFormat.
@@ -320,6 +322,7 @@ func parse(data []byte) (*Config, []string, []field.Error) {
 	}
 	cfg.ShadowMode = top.boolean("shadow_mode")
 	if n := top.field("store"); n != nil {
+		cfg.storeSet = true
 		cfg.Store = d.store("store", n)
 	}
 	if cfg.Store.Type == "" {

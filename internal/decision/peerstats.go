@@ -18,6 +18,8 @@ type peerStats struct {
 	mu           sync.RWMutex
 	limits       map[string]*limitCounters
 	globalShadow atomic.Uint64
+	// The service's own: reloads and calls.
+	loadSuccess, loadError, requests atomic.Uint64
 }
 
 type limitCounters struct {
@@ -105,7 +107,9 @@ type PeerStat struct {
 // PeerStats returns envoyproxy/ratelimit's statistics counted so far
 // (Options.PeerStats), sorted by name: for each limit seen,
 // ratelimit.service.rate_limit.<domain>.<key path>.<stat>, and
-// ratelimit.service.global_shadow_mode. Counters only grow.
+// ratelimit.service.global_shadow_mode, ratelimit.service.config_load_success,
+// ratelimit.service.config_load_error and
+// ratelimit_server.ShouldRateLimit.total_requests. Counters only grow.
 func (s *Service) PeerStats() []PeerStat {
 	p := s.peer
 	if p == nil {
@@ -119,7 +123,12 @@ func (s *Service) PeerStats() []PeerStat {
 		}
 	}
 	p.mu.RUnlock()
-	out = append(out, PeerStat{Name: "ratelimit.service.global_shadow_mode", Value: p.globalShadow.Load()})
+	out = append(out,
+		PeerStat{Name: "ratelimit.service.global_shadow_mode", Value: p.globalShadow.Load()},
+		PeerStat{Name: "ratelimit.service.config_load_success", Value: p.loadSuccess.Load()},
+		PeerStat{Name: "ratelimit.service.config_load_error", Value: p.loadError.Load()},
+		PeerStat{Name: "ratelimit_server.ShouldRateLimit.total_requests", Value: p.requests.Load()},
+	)
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }

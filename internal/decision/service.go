@@ -24,6 +24,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/seed-008287da/sluice/policy/field"
 	"github.com/seed-008287da/sluice/ratelimit"
 	"github.com/seed-008287da/sluice/ratelimit/memorystore"
 )
@@ -101,6 +102,11 @@ type Options struct {
 	// the store, in about this many bytes (envoyproxy/ratelimit's
 	// LOCAL_CACHE_SIZE_IN_BYTES). A reload forgets them.
 	LocalCacheBytes int
+	// Store, when set, is the store of every configuration, replacing the
+	// file's default: envoyproxy/ratelimit's REDIS_* settings. A
+	// configuration with its own store section is then rejected, so the
+	// two never silently disagree.
+	Store *StoreConfig
 	// StartInvalid makes OpenFile and OpenFiles start the service without
 	// a configuration when the one given is invalid, as
 	// envoyproxy/ratelimit keeps running with a bad file: requests are
@@ -149,6 +155,7 @@ type Service struct {
 	dynamicMetadata   bool
 	peer              *peerStats
 	overCache         *overCache
+	storeOverride     *StoreConfig
 	draining          atomic.Bool
 	healthMu          sync.Mutex
 	healthHooks       []func(bool)
@@ -202,7 +209,8 @@ func newServiceBase(opts Options) (*Service, error) {
 		return nil, err
 	}
 	s := &Service{now: opts.Now, log: opts.Logger, onReload: opts.OnReload, m: m, healthyWithConfig: opts.HealthyWithConfig, mergeDomains: opts.MergeDomains, topK: opts.TopKeys,
-		quotaMode: opts.QuotaMode, shadowMode: opts.ShadowMode, headers: opts.ResponseHeaders, dynamicMetadata: opts.DynamicMetadata}
+		quotaMode: opts.QuotaMode, shadowMode: opts.ShadowMode, headers: opts.ResponseHeaders, dynamicMetadata: opts.DynamicMetadata,
+		storeOverride: opts.Store}
 	if opts.PeerStats {
 		s.peer = newPeerStats(opts.NearLimitRatio)
 	}
@@ -232,6 +240,10 @@ func Open(cfg *Config, opts Options) (*Service, error) {
 		s.ownsStore = true
 		s.gen.Store(&generation{})
 		return s, nil
+	}
+	cfg, err := withStore(cfg, opts.Store)
+	if err != nil {
+		return nil, err
 	}
 	st, err := OpenStore(cfg.Store, opts.Logger)
 	if err != nil {
@@ -271,6 +283,9 @@ func OpenFiles(files []File, opts Options) (*Service, error) {
 }
 
 func openParsed(cfg *Config, parseErr error, digest string, opts Options) (*Service, error) {
+	if parseErr == nil {
+		cfg, parseErr = withStore(cfg, opts.Store)
+	}
 	if parseErr != nil {
 		if !opts.StartInvalid {
 			return nil, parseErr
@@ -287,12 +302,31 @@ func openParsed(cfg *Config, parseErr error, digest string, opts Options) (*Serv
 		return nil, err
 	}
 	s.gen.Store(s.compile(cfg, digest, 1))
+	if s.peer != nil {
+		s.peer.loadSuccess.Add(1)
+	}
 	return s, nil
+}
+
+// withStore returns cfg with the store override in place of its default.
+func withStore(cfg *Config, override *StoreConfig) (*Config, error) {
+	if override == nil {
+		return cfg, nil
+	}
+	if cfg.storeSet {
+		return nil, &ConfigError{Errors: []field.Error{{Path: "store", Message: "the store is set by the environment (REDIS_URL, REDIS_TYPE, ...); remove the store section or those variables"}}}
+	}
+	c := *cfg
+	c.Store = *override
+	return &c, nil
 }
 
 // rejected records a configuration that was not applied.
 func (s *Service) rejected(err error) {
 	s.reloadErrors.Add(1)
+	if s.peer != nil {
+		s.peer.loadError.Add(1)
+	}
 	s.m.reloads.WithLabelValues("rejected").Inc()
 	msg := err.Error()
 	s.lastError.Store(&msg)
@@ -418,6 +452,9 @@ func (s *Service) reload(digest string, parse func() (*Config, error)) error {
 	} else {
 		s.m.reloads.WithLabelValues("applied").Inc()
 		s.lastError.Store(nil)
+		if s.peer != nil {
+			s.peer.loadSuccess.Add(1)
+		}
 	}
 	if s.onReload != nil {
 		s.onReload(s.gen.Load().number, err)
@@ -426,6 +463,10 @@ func (s *Service) reload(digest string, parse func() (*Config, error)) error {
 }
 
 func (s *Service) update(cfg *Config, digest string) error {
+	cfg, err := withStore(cfg, s.storeOverride)
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.gen.Load()
@@ -459,6 +500,9 @@ func (s *Service) update(cfg *Config, digest string) error {
 // Envoy applies its failure_mode_deny setting.
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	start := time.Now()
+	if s.peer != nil {
+		s.peer.requests.Add(1)
+	}
 	resp, err := s.Decide(ctx, req, s.now())
 	s.m.observe(viaGRPC, start, resp, err)
 	if err != nil {
