@@ -236,7 +236,7 @@ func (c *Concurrency) Acquire(ctx context.Context, r *Request) (ConcurrencyResul
 	}
 	ident, v := c.identify(r)
 	key := ratelimit.Key(ident, v)
-	id := c.reg.leaseID()
+	id := ratelimit.NewLeaseID()
 	l, err := c.store.Acquire(ctx, ratelimit.LeaseRequest{Key: key, ID: id, Max: c.max, TTL: c.ttl, Now: now})
 	if err != nil {
 		return ConcurrencyResult{}, err

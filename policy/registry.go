@@ -1,16 +1,13 @@
 package policy
 
 import (
-	"crypto/rand"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/seed-008287da/sluice/ratelimit"
@@ -43,11 +40,6 @@ type Registry struct {
 	// reload that rebuilds an instance keeps its list (see topFor).
 	topMu sync.Mutex
 	tops  map[string]*topRef
-
-	// leasePrefix and leaseSeq make waiting-room lease ids unique across
-	// processes that share a Redis.
-	leasePrefix string
-	leaseSeq    atomic.Uint64
 }
 
 // A Store counts and keeps concurrency leases: what a namespace's store
@@ -145,10 +137,8 @@ type storeEntry struct {
 
 // NewRegistry returns an empty Registry.
 func NewRegistry(opts RegistryOptions) *Registry {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+).
 	r := &Registry{opts: opts, stores: make(map[storeKey]*storeEntry), clients: make(map[string]*redisClient),
-		leasePrefix: hex.EncodeToString(b) + "-", degraded: make(map[string]int)}
+		degraded: make(map[string]int)}
 	if r.opts.Rand == nil {
 		r.opts.Rand = mrand.Float64
 	}
@@ -253,9 +243,4 @@ func (r *Registry) storeFor(strategy string, cfg RedisStoreConfig) (storeKey, St
 		return k, s, err
 	}
 	return storeKey{}, nil, fmt.Errorf("%w: %q", ErrStrategyUnavailable, strategy)
-}
-
-// leaseID returns an id unique to this process and call.
-func (r *Registry) leaseID() string {
-	return r.leasePrefix + strconv.FormatUint(r.leaseSeq.Add(1), 10)
 }

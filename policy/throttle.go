@@ -33,7 +33,7 @@ func (a *Advanced) wait(ctx context.Context, sr *ratelimit.Request, first rateli
 	// Inferred: the room is per (namespace, key), not per plugin instance.
 	lr := ratelimit.LeaseRequest{
 		Key: waitingRoomPrefix + sr.Key,
-		ID:  a.reg.leaseID(),
+		ID:  ratelimit.NewLeaseID(),
 		Max: t.QueueLimit,
 		TTL: leaseTTL(interval, t.RetryTimes),
 		Now: now,

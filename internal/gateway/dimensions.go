@@ -1,13 +1,10 @@
 package gateway
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 
-	"github.com/seed-008287da/sluice/internal/configsource"
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
 	"github.com/seed-008287da/sluice/policy"
 	"github.com/seed-008287da/sluice/policy/dimensions"
@@ -31,21 +28,12 @@ type sluiceDimensions struct {
 	needs dimensions.Needs
 }
 
-// overridesSource is a watched quota table kept in Shared.
-type overridesSource struct {
-	holder *dimensions.Overrides
-	src    configsource.Source
-}
-
-func (o *overridesSource) Close() error { return o.src.Close() }
-
 func newSluiceDimensions(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil {
 		return nil, kongconf.Errors{field.JSON("config", err)}
 	}
-	var file, prefix string
-	var endpoints []string
+	var src dimensions.Source
 	var errs kongconf.Errors
 	take := func(name string, dst any) {
 		if v, ok := m[name]; ok {
@@ -55,19 +43,14 @@ func newSluiceDimensions(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 			delete(m, name)
 		}
 	}
-	take("overrides_file", &file)
-	take("overrides_etcd_endpoints", &endpoints)
-	take("overrides_etcd_prefix", &prefix)
-	if (len(endpoints) > 0) != (prefix != "") {
-		errs = append(errs, field.Error{Path: "config.overrides_etcd_prefix", Message: "overrides_etcd_endpoints and overrides_etcd_prefix go together"})
-	}
-	if file != "" && prefix != "" {
-		errs = append(errs, field.Error{Path: "config.overrides_file", Message: "use either overrides_file or overrides_etcd_*"})
-	}
+	take("overrides_file", &src.File)
+	take("overrides_etcd_endpoints", &src.EtcdEndpoints)
+	take("overrides_etcd_prefix", &src.EtcdPrefix)
+	errs = append(errs, src.Check("config")...)
 	rest, _ := json.Marshal(m) // re-encoding decoded JSON cannot fail
 	var holder *dimensions.Overrides
-	if len(errs) == 0 && (file != "" || prefix != "") {
-		h, err := liveOverrides(env, file, endpoints, prefix)
+	if len(errs) == 0 && !src.IsZero() {
+		h, err := liveOverrides(env, src)
 		if err != nil {
 			errs = append(errs, field.Error{Path: "config", Message: err.Error()})
 		}
@@ -89,47 +72,20 @@ func newSluiceDimensions(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 	return &sluiceDimensions{b: b, needs: b.Needs()}, nil
 }
 
-// liveOverrides opens (once per source, across reloads) the watched
-// overrides and returns their holder.
-func liveOverrides(env *BuildEnv, file string, endpoints []string, prefix string) (*dimensions.Overrides, error) {
-	key := "overrides|file|" + file
-	if prefix != "" {
-		key = "overrides|etcd|" + strings.Join(endpoints, ",") + "|" + prefix
-	}
-	v, err := env.Shared.Value(key, func() (io.Closer, error) {
-		holder := &dimensions.Overrides{}
-		h := configsource.Handlers{
-			Apply: func(d configsource.Document) error {
-				t, err := dimensions.ParseOverrides(d.Values()...)
-				if err != nil {
-					return err
-				}
-				holder.Store(t)
-				return nil
-			},
-			Rejected: func(d configsource.Document, err error) {
-				env.Logger.Error("quota overrides rejected", "source", d.Source, "error", err.Error())
-			},
-			Error: func(err error) { env.Logger.Warn("quota overrides source", "error", err.Error()) },
-		}
-		var src configsource.Source
-		var err error
-		if file != "" {
-			src, err = configsource.OpenFile(context.Background(), file, configsource.FileOptions{Handlers: h})
-		} else {
-			src, err = configsource.OpenEtcd(context.Background(), configsource.EtcdOptions{
-				Handlers: h, Endpoints: endpoints, Key: prefix, Prefix: true,
-			})
-		}
+// liveOverrides returns the holder of src's watched overrides, watching
+// it once across reloads.
+func liveOverrides(env *BuildEnv, src dimensions.Source) (*dimensions.Overrides, error) {
+	v, err := env.Shared.Value("overrides|"+src.String(), func() (io.Closer, error) {
+		l, err := dimensions.Watch(src, nil, env.Logger)
 		if err != nil {
 			return nil, fmt.Errorf("opening quota overrides: %w", err)
 		}
-		return &overridesSource{holder: holder, src: src}, nil
+		return l, nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return v.(*overridesSource).holder, nil
+	return v.(*dimensions.Live).Overrides(), nil
 }
 
 func (d *sluiceDimensions) Access(x *Exchange) error {

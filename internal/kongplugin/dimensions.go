@@ -218,9 +218,7 @@ func (c *DimensionsConfig) check(raw []byte) (*dimsCompiled, []byte, []field.Err
 			errs = append(errs, field.Error{Path: "config.groups_from", Message: "expected one of: consumer_tags, header"})
 		}
 	}
-	if _, err := c.overridesSource(); err != nil {
-		errs = appendErr(errs, "", err)
-	}
+	errs = append(errs, c.overridesSource().Check("config")...)
 	return dc, body, errs, nil
 }
 

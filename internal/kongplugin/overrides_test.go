@@ -14,6 +14,7 @@ import (
 
 	"github.com/seed-008287da/sluice/internal/kongplugin/kongtest"
 	"github.com/seed-008287da/sluice/internal/testservers"
+	"github.com/seed-008287da/sluice/policy/dimensions"
 	"github.com/seed-008287da/sluice/ratelimit"
 )
 
@@ -22,9 +23,9 @@ const watchDeadline = 15 * time.Second
 
 // notifyingWatch wraps the default ConfigSourceWatch so a test learns about
 // each delivered document instead of sleeping.
-func notifyingWatch(applied chan<- error) WatchFunc {
-	w := ConfigSourceWatch(testLogger())
-	return func(src OverridesSource, apply func([][]byte) error) (func(), error) {
+func notifyingWatch(applied chan<- error) dimensions.WatchFunc {
+	w := dimensions.ConfigSourceWatch(testLogger())
+	return func(src dimensions.Source, apply func([][]byte) error) (func(), error) {
 		return w(src, func(docs [][]byte) error {
 			err := apply(docs)
 			applied <- err

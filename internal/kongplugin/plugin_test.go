@@ -17,6 +17,7 @@ import (
 	pdktest "github.com/Kong/go-pdk/test"
 
 	"github.com/seed-008287da/sluice/internal/kongplugin/kongtest"
+	"github.com/seed-008287da/sluice/policy/dimensions"
 	"github.com/seed-008287da/sluice/ratelimit"
 )
 
@@ -185,12 +186,12 @@ func TestDimensionsCompiledOncePerConfig(t *testing.T) {
 // scriptedWatch is a config centre driven by the test.
 type scriptedWatch struct {
 	mu      sync.Mutex
-	srcs    []OverridesSource
+	srcs    []dimensions.Source
 	updates []func([][]byte) error
 	stopped int
 }
 
-func (w *scriptedWatch) watch(src OverridesSource, update func([][]byte) error) (func(), error) {
+func (w *scriptedWatch) watch(src dimensions.Source, update func([][]byte) error) (func(), error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.srcs = append(w.srcs, src)

@@ -28,6 +28,7 @@ import (
 	"github.com/Kong/go-pdk"
 
 	"github.com/seed-008287da/sluice/policy"
+	"github.com/seed-008287da/sluice/policy/dimensions"
 	"github.com/seed-008287da/sluice/policy/field"
 )
 
@@ -57,15 +58,15 @@ type Options struct {
 	Logger *slog.Logger
 	// WatchOverrides watches the config centres that sluice-dimensions
 	// configs name for live quota overrides. Nil means
-	// ConfigSourceWatch(Logger).
-	WatchOverrides WatchFunc
+	// dimensions.ConfigSourceWatch(Logger).
+	WatchOverrides dimensions.WatchFunc
 }
 
 // Process is the state one plugin server keeps across plugin instances. It
 // is safe for concurrent use: Kong runs every event in its own goroutine.
 type Process struct {
 	now       func() time.Time
-	watch     WatchFunc
+	watch     dimensions.WatchFunc
 	log       *slog.Logger
 	registry  *policy.Registry
 	ownsReg   bool
@@ -74,7 +75,7 @@ type Process struct {
 	conc      compiledCache[*concCompiled]
 	mu        sync.Mutex
 	closed    bool
-	overrides map[string]*overridesWatch
+	overrides map[string]*dimensions.Live
 	// concs are the compiled sluice-concurrency configs, closed with the
 	// Process.
 	concs    []*policy.Concurrency
@@ -84,15 +85,12 @@ type Process struct {
 // NewProcess returns the state of one plugin server.
 func NewProcess(opts Options) *Process {
 	p := &Process{now: opts.Now, watch: opts.WatchOverrides, log: opts.Logger, registry: opts.Registry,
-		overrides: map[string]*overridesWatch{}}
+		overrides: map[string]*dimensions.Live{}}
 	if p.now == nil {
 		p.now = time.Now
 	}
 	if p.log == nil {
 		p.log = slog.Default()
-	}
-	if p.watch == nil {
-		p.watch = ConfigSourceWatch(p.log)
 	}
 	if p.registry == nil {
 		p.registry = policy.NewRegistry(policy.RegistryOptions{OnRedisState: p.storeLog.changed})
@@ -116,7 +114,7 @@ func (p *Process) Close() error {
 	p.mu.Unlock()
 	var errs []error
 	for _, w := range watches {
-		w.stop()
+		_ = w.Close() // always nil
 	}
 	for _, c := range concs {
 		if err := c.Close(); err != nil {

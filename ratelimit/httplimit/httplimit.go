@@ -9,8 +9,6 @@ package httplimit
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"log/slog"
 	"net"
@@ -177,7 +175,7 @@ func Concurrency(store ratelimit.LeaseStore, limit int64, ttl time.Duration, opt
 				next.ServeHTTP(w, r)
 				return
 			}
-			id := leaseID()
+			id := ratelimit.NewLeaseID()
 			lease, err := store.Acquire(r.Context(), ratelimit.LeaseRequest{Key: key, ID: id, Max: limit, TTL: ttl, Now: m.now()})
 			if err != nil {
 				m.opts.Logger.Error("httplimit: acquiring lease", "key", key, "err", err)
@@ -210,9 +208,3 @@ func Concurrency(store ratelimit.LeaseStore, limit int64, ttl time.Duration, opt
 
 // releaseTimeout bounds the release of a lease after its request ended.
 const releaseTimeout = 2 * time.Second
-
-func leaseID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
