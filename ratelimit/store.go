@@ -64,9 +64,10 @@ type Request struct {
 type LeaseRequest struct {
 	// Key identifies the guarded subject.
 	Key string
-	// ID names the lease; the holder passes it to Release. Acquiring an ID
-	// that is already held renews its TTL without taking a second slot, so
-	// a long-poll client may renew its lease on every poll.
+	// ID names the lease (NewLeaseID makes one); the holder passes it to
+	// Release. Acquiring an ID that is already held renews its TTL without
+	// taking a second slot, so a long-poll client may renew its lease on
+	// every poll.
 	ID string
 	// Max is the number of leases that may be alive at once. It must be > 0.
 	Max int64
