@@ -13,8 +13,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/seed-008287da/sluice/internal/testservers"
 )
 
 // TestStreamingResponse checks that a long-poll response reaches the
@@ -333,70 +331,6 @@ services: [{name: s, url: UPSTREAM, routes: [{paths: [/], strip_path: false}]}]
 	}
 }
 
-// TestConcurrencySharedInRedis: two gateways with strategy redis share one
-// lease: while a stream through the first holds it, the second refuses,
-// and it accepts again once the stream's client has gone.
-func TestConcurrencySharedInRedis(t *testing.T) {
-	rs := testservers.Redis(t, testservers.RedisOptions{})
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/quick" {
-			fmt.Fprint(w, "ok")
-			return
-		}
-		chunk := bytes.Repeat([]byte("z"), 4096)
-		for i := 0; i < 1<<16 && r.Context().Err() == nil; i++ {
-			if _, err := w.Write(chunk); err != nil {
-				return
-			}
-			w.(http.Flusher).Flush()
-		}
-	}))
-	defer up.Close()
-	cfg := withUpstream(fmt.Sprintf(`
-_format_version: "3.0"
-services:
-  - name: s
-    url: UPSTREAM
-    routes:
-      - {name: stream, paths: [/stream], strip_path: false}
-      - {name: quick, paths: [/quick], strip_path: false}
-plugins:
-  - name: sluice-concurrency
-    config: {limit: 1, lease_ttl: 3600, namespace: shared-%d, strategy: redis, redis: {host: 127.0.0.1, port: %d}}
-`, time.Now().UnixNano(), rs.Port()), up)
-	_, a := startGateway(t, cfg, Options{})
-	_, b := startGateway(t, cfg, Options{})
-
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", a+"/stream", nil)
-	tr := &http.Transport{}
-	defer tr.CloseIdleConnections()
-	res, err := tr.RoundTrip(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.ReadFull(res.Body, make([]byte, 4096)); err != nil {
-		t.Fatal(err)
-	}
-	if r := do(t, "GET", b+"/quick", nil); r.status != 429 {
-		t.Fatalf("second gateway while the first holds the lease: %d %s", r.status, r.body)
-	}
-	cancel()
-	res.Body.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		r := do(t, "GET", b+"/quick", nil)
-		if r.status == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("lease not released in Redis: %d %s", r.status, r.body)
-		}
-		<-time.After(10 * time.Millisecond) // poll interval, bounded by the deadline
-	}
-}
-
 // TestRetryOnClosedKeepAlive: the upstream closes every connection after
 // one response without saying so; reusing such a connection fails, and the
 // idempotent request is retried on a new one instead of answering 502.
@@ -429,28 +363,6 @@ services: [{name: s, url: "http://%s", routes: [{paths: [/]}]}]
 		if r := do(t, "GET", base+"/", nil); r.status != 200 || r.body != "ok" {
 			t.Fatalf("request %d: %d %s", i, r.status, r.body)
 		}
-	}
-}
-
-// TestConcurrencyRedisDown: a Redis that does not answer does not reject
-// the configuration; leases are kept locally meanwhile.
-func TestConcurrencyRedisDown(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close() // nothing answers there
-	up := echoUpstream(t)
-	_, base := startGateway(t, withUpstream(fmt.Sprintf(`
-_format_version: "3.0"
-services: [{name: s, url: UPSTREAM, routes: [{paths: [/]}]}]
-plugins:
-  - name: sluice-concurrency
-    config: {limit: 2, namespace: down, strategy: redis, redis: {host: 127.0.0.1, port: %d, timeout: 100}}
-`, port), up), Options{})
-	if r := do(t, "GET", base+"/", nil); r.status != 200 || r.header.Get("X-Concurrency-Limit") != "2" {
-		t.Fatalf("%d %v", r.status, r.header)
 	}
 }
 
