@@ -76,7 +76,7 @@ var goWords = regexp.MustCompile(`\[\]|map\[|json:|Go value|float64|int64|\bbool
 // panic, and every rejection is a list of field errors under the plugin's
 // config (or of the whole document) in the user's words.
 func FuzzPluginConfig(f *testing.F) {
-	names := []string{"key-auth", "request-termination", "sluice-dimensions", "rate-limiting-advanced", "rate-limiting", "sluice-concurrency"}
+	names := []string{"key-auth", "request-termination", "sluice-dimensions", "rate-limiting-advanced", "rate-limiting", "sluice-concurrency", "basic-auth", "jwt", "acl"}
 	for i := range names {
 		f.Add(uint8(i), `{}`)
 	}
@@ -86,6 +86,9 @@ func FuzzPluginConfig(f *testing.F) {
 	f.Add(uint8(3), `{"limit":[1],"window_size":[1],"redis":{"port":"x"}}`)
 	f.Add(uint8(4), `{"second":"x","policy":[]}`)
 	f.Add(uint8(5), `{"limit":2,"lease_ttl":1e999}`)
+	f.Add(uint8(6), `{"anonymous":"nobody","realm":7}`)
+	f.Add(uint8(7), `{"claims_to_verify":["iat"],"maximum_expiration":-1,"uri_param_names":"jwt"}`)
+	f.Add(uint8(8), `{"allow":["a"],"deny":["b"]}`)
 	g := validator(f)
 	f.Fuzz(func(t *testing.T, which uint8, config string) {
 		if !json.Valid([]byte(config)) {

@@ -43,7 +43,19 @@ type DecodeOptions struct {
 func DecodeWith(data []byte, opts DecodeOptions) (*Config, Errors) {
 	var node yaml.Node
 	if err := yaml.Unmarshal(data, &node); err != nil {
-		return nil, yamlErrors(err)
+		// decK renders its substitutions in the file's text before
+		// reading it, so a file can be YAML only once rendered
+		// (key: "${{ env "DECK_X" }}"); render it so, then.
+		rendered, rerrs := renderText(data, opts.LookupEnv)
+		if rendered == nil {
+			return nil, yamlErrors(err)
+		}
+		if len(rerrs) > 0 {
+			return nil, rerrs
+		}
+		if err := yaml.Unmarshal(rendered, &node); err != nil {
+			return nil, yamlErrors(err)
+		}
 	}
 	refErrs := &errList{}
 	resolveRefs(&node, "", opts.LookupEnv, refErrs)
@@ -63,7 +75,18 @@ func DecodeWith(data []byte, opts DecodeOptions) (*Config, Errors) {
 		return nil, append(p.errs.list, refErrs.list...)
 	}
 	cfg := p.parse(root)
-	return cfg, append(p.errs.list, refErrs.list...)
+	// A field whose reference failed has no value to check further.
+	failed := make(map[string]bool, len(refErrs.list))
+	for _, fe := range refErrs.list {
+		failed[fe.Path] = true
+	}
+	errs := make(Errors, 0, len(p.errs.list)+len(refErrs.list))
+	for _, fe := range p.errs.list {
+		if !failed[fe.Path] {
+			errs = append(errs, fe)
+		}
+	}
+	return cfg, append(errs, refErrs.list...)
 }
 
 // yamlErrors turns the YAML reader's error into one error per problem,
@@ -78,6 +101,9 @@ func yamlErrors(err error) Errors {
 	}
 	out := make(Errors, 0, len(msgs))
 	for _, m := range msgs {
+		if i := strings.Index(m, "invalid map key: "); i >= 0 {
+			m = m[:i] + "a mapping key must be a string, a number or a boolean"
+		}
 		fe := field.Error{Message: "parsing: " + m}
 		if rest, ok := strings.CutPrefix(m, "line "); ok {
 			if n, msg, ok := strings.Cut(rest, ": "); ok {
@@ -393,6 +419,8 @@ func (p *parser) route(v any, path string, svc *Service) {
 		}
 	}
 	switch {
+	case o.has("headers") && len(r.Headers) == 0:
+		// headers given but invalid: reported above
 	case https && len(r.Paths) == 0 && len(r.Methods) == 0 && len(r.Hosts) == 0 && len(r.Headers) == 0 && len(r.SNIs) == 0:
 		p.errs.add(path, "must set one of 'methods', 'hosts', 'headers', 'paths', 'snis' when 'protocols' is 'https'")
 	case !https && len(r.Paths) == 0 && len(r.Methods) == 0 && len(r.Hosts) == 0 && len(r.Headers) == 0:

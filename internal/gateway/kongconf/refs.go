@@ -1,6 +1,7 @@
 package kongconf
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -9,6 +10,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // LookupEnv returns the value of an environment variable and whether it is
@@ -200,4 +203,25 @@ func vaultEnv(ref string, env LookupEnv) (string, error) {
 		return "", fmt.Errorf("vault reference %q: the JSON secret in '%s' has no string field %q", ref, name, key)
 	}
 	return s, nil
+}
+
+// renderText substitutes decK's ${{ }} in the text of data, as decK does
+// before parsing a file, for a file that is not YAML until rendered. It
+// returns nil when data has no substitution; problems are reported by
+// line, the text having no fields yet.
+func renderText(data []byte, env LookupEnv) ([]byte, Errors) {
+	if !bytes.Contains(data, []byte("${{")) {
+		return nil, nil
+	}
+	var errs Errors
+	out := deckTemplate.ReplaceAllFunc(data, func(t []byte) []byte {
+		inner := deckTemplate.FindSubmatch(t)[1]
+		v, err := deckEnv(string(inner), env)
+		if err != nil {
+			at := bytes.Index(data, t)
+			errs = append(errs, field.Error{Line: bytes.Count(data[:at], []byte("\n")) + 1, Message: err.Error()})
+		}
+		return []byte(v)
+	})
+	return out, errs
 }
