@@ -190,9 +190,10 @@ type Gateway struct {
 	// and monotonic clocks), for timing the plugins.
 	base time.Time
 
-	gen    atomic.Pointer[generation]
-	genSeq atomic.Uint64
-	loadMu sync.Mutex
+	gen       atomic.Pointer[generation]
+	genSeq    atomic.Uint64
+	loadMu    sync.Mutex
+	reloadLog reloadLog
 
 	ownShared bool
 	upstreams sync.Map // upstreamKey -> *fasthttp.HostClient
@@ -363,12 +364,14 @@ func (g *Gateway) Load(data []byte, source string) error {
 	gen, err := g.build(data, source)
 	if err != nil {
 		g.metrics.reloads.WithLabelValues(source, "rejected").Inc()
+		g.recordReload(source, "rejected", err)
 		g.log.Error("configuration rejected", "source", source, "error", err.Error())
 		return err
 	}
 	if cur := g.gen.Load(); cur != nil && cur.hash == gen.hash {
 		_ = gen.close()
 		g.metrics.reloads.WithLabelValues(source, "unchanged").Inc()
+		g.recordReload(source, "unchanged", nil)
 		return nil
 	}
 	gen.seq = g.genSeq.Add(1)
@@ -380,6 +383,7 @@ func (g *Gateway) Load(data []byte, source string) error {
 		}
 	}
 	g.metrics.reloads.WithLabelValues(source, "applied").Inc()
+	g.recordReload(source, "applied", nil)
 	g.metrics.generation.Set(float64(gen.seq))
 	g.metrics.lastReload.Set(float64(gen.loadedAt.UnixNano()) / 1e9)
 	g.log.Info("configuration applied", "source", source, "generation", gen.seq, "sha256", gen.hash,

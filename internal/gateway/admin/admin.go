@@ -58,6 +58,7 @@ func Handler(g *gateway.Gateway, opts Options) http.Handler {
 	mux.HandleFunc("GET /status", a.status)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.Metrics().Registry, promhttp.HandlerOpts{}))
 	a.counterRoutes(mux)
+	a.dashboardRoutes(mux)
 	return newGuard(opts, mux)
 }
 
