@@ -43,6 +43,7 @@ var envFlags = []struct{ env, flag string }{
 	{"NEAR_LIMIT_RATIO", "near-limit-ratio"},
 	{"LOCAL_CACHE_SIZE_IN_BYTES", "local-cache-bytes"},
 	{"STATS_FLUSH_INTERVAL", "statsd-interval"},
+	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "stop-increment-when-over-limit"},
 	{"USE_DOG_STATSD", "dogstatsd"},
 	{"EXTRA_TAGS", "statsd-tags"},
 	{"GRPC_SERVER_TLS_CERT", "grpc-tls-cert"},

@@ -55,6 +55,8 @@ type flags struct {
 	nearLimitRatio    float64
 	localCacheBytes   int
 
+	stopIncrement   bool
+	countDenied     bool
 	statsd          string
 	statsdInterval  time.Duration
 	dogstatsd       bool
@@ -96,6 +98,8 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	fs.StringVar(&f.logFormat, "log-format", "text", "log `format`: text or json")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight calls may take to finish on shutdown")
 	fs.IntVar(&f.topKeys, "top-keys", 128, "descriptors each domain tracks per 10 seconds for GET /rate-limiting/top (memory: 6 x this many entries per domain); 0 disables the top lists")
+	fs.BoolVar(&f.stopIncrement, "stop-increment-when-over-limit", false, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: count none of a request's descriptors when any would be over its limit")
+	fs.BoolVar(&f.countDenied, "count-denied", false, "count a denied call's hits anyway, as envoyproxy/ratelimit does (default: all or nothing)")
 	fs.StringVar(&f.statsd, "statsd", "", "send envoyproxy/ratelimit's statistics to this statsd UDP `host:port` (USE_STATSD, STATSD_HOST, STATSD_PORT); empty: off")
 	fs.DurationVar(&f.statsdInterval, "statsd-interval", 10*time.Second, "STATS_FLUSH_INTERVAL: how often statistics are sent")
 	fs.BoolVar(&f.dogstatsd, "dogstatsd", false, "USE_DOG_STATSD: DogStatsD lines, with -statsd-tags")
@@ -242,7 +246,8 @@ func (f *flags) options(log *slog.Logger, reg *prometheus.Registry) decision.Opt
 	o := decision.Options{Logger: log, Registry: reg, HealthyWithConfig: f.healthyWithConfig,
 		MergeDomains: f.mergeDomains, StartInvalid: true, QuotaMode: f.quotaMode, ShadowMode: f.shadowMode,
 		DynamicMetadata: f.dynamicMetadata, NearLimitRatio: f.nearLimitRatio, LocalCacheBytes: f.localCacheBytes,
-		TopKeys: topKeys(f.topKeys), Store: f.store, PeerStats: f.statsd != "" || f.debugListen != ""}
+		TopKeys: topKeys(f.topKeys), Store: f.store, PeerStats: f.statsd != "" || f.debugListen != "",
+		StopIncrementWhenOverLimit: f.stopIncrement, CountDenied: f.countDenied}
 	if f.responseHeaders {
 		o.ResponseHeaders = &decision.HeaderNames{Limit: f.limitHeader, Remaining: f.remainingHeader, Reset: f.resetHeader}
 	}

@@ -255,3 +255,53 @@ func TestPeerResponseOptions(t *testing.T) {
 		t.Errorf("headers: %v", h)
 	}
 }
+
+// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: while one descriptor of a
+// request is over its limit, the others are not counted.
+func TestStopIncrementWhenOverLimit(t *testing.T) {
+	const cfg = `
+domain: d
+descriptors:
+  - {key: a, rate_limit: {unit: minute, requests_per_unit: 1}}
+  - {key: b, rate_limit: {unit: minute, requests_per_unit: 5}}
+`
+	c, _ := serveGRPC(t, newService(t, cfg, newClock(t0).optsWith(Options{StopIncrementWhenOverLimit: true})))
+	a, b := desc("a", "x"), desc("b", "x")
+	runSteps(t, c, []step{
+		{"both", request("d", a, b), OK, codes_(OK, OK), []uint32{0, 4}, nil},
+		{"a over: b not counted", request("d", a, b), OVER, codes_(OVER, OK), []uint32{0, 4}, nil},
+		{"again", request("d", a, b), OVER, codes_(OVER, OK), []uint32{0, 4}, nil},
+		{"b alone counts", request("d", b), OK, codes_(OK), []uint32{3}, nil},
+	})
+	// Without the option b is counted each time.
+	c2, _ := serveGRPC(t, newService(t, cfg, newClock(t0).opts()))
+	runSteps(t, c2, []step{
+		{"both", request("d", a, b), OK, codes_(OK, OK), []uint32{0, 4}, nil},
+		{"a over: b counted", request("d", a, b), OVER, codes_(OVER, OK), []uint32{0, 3}, nil},
+	})
+}
+
+// CountDenied: a denied call's hits are counted, as envoyproxy/ratelimit
+// increments before it compares; the default is all or nothing.
+func TestCountDenied(t *testing.T) {
+	const cfg = `
+domain: d
+descriptors:
+  - {key: k, rate_limit: {unit: minute, requests_per_unit: 10}}
+`
+	for _, tc := range []struct {
+		countDenied bool
+		after       rlspb.RateLimitResponse_Code
+	}{{false, OK}, {true, OVER}} {
+		c, _ := serveGRPC(t, newService(t, cfg, newClock(t0).optsWith(Options{CountDenied: tc.countDenied})))
+		big := request("d", desc("k", "v"))
+		big.HitsAddend = 8
+		call(t, c, big)
+		if got := call(t, c, big).OverallCode; got != OVER {
+			t.Fatalf("countDenied %v: second 8: %v", tc.countDenied, got)
+		}
+		if got := call(t, c, request("d", desc("k", "v"))).OverallCode; got != tc.after {
+			t.Errorf("countDenied %v: one more after the denied 8: %v, want %v", tc.countDenied, got, tc.after)
+		}
+	}
+}

@@ -107,6 +107,16 @@ type Options struct {
 	// configuration with its own store section is then rejected, so the
 	// two never silently disagree.
 	Store *StoreConfig
+	// StopIncrementWhenOverLimit counts none of a request's descriptors
+	// when any of them would be over its limit: envoyproxy/ratelimit's
+	// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT. The statuses are as
+	// without it.
+	StopIncrementWhenOverLimit bool
+	// CountDenied counts a denied call's hits in the counter anyway, as
+	// envoyproxy/ratelimit does (it increments before it compares): a
+	// denied large hits_addend then uses up the window. The default is
+	// all or nothing. Token buckets are never charged for a denied call.
+	CountDenied bool
 	// StartInvalid makes OpenFile and OpenFiles start the service without
 	// a configuration when the one given is invalid, as
 	// envoyproxy/ratelimit keeps running with a bad file: requests are
@@ -156,6 +166,8 @@ type Service struct {
 	peer              *peerStats
 	overCache         *overCache
 	storeOverride     *StoreConfig
+	stopIncrement     bool
+	countDenied       bool
 	draining          atomic.Bool
 	healthMu          sync.Mutex
 	healthHooks       []func(bool)
@@ -210,7 +222,7 @@ func newServiceBase(opts Options) (*Service, error) {
 	}
 	s := &Service{now: opts.Now, log: opts.Logger, onReload: opts.OnReload, m: m, healthyWithConfig: opts.HealthyWithConfig, mergeDomains: opts.MergeDomains, topK: opts.TopKeys,
 		quotaMode: opts.QuotaMode, shadowMode: opts.ShadowMode, headers: opts.ResponseHeaders, dynamicMetadata: opts.DynamicMetadata,
-		storeOverride: opts.Store}
+		storeOverride: opts.Store, stopIncrement: opts.StopIncrementWhenOverLimit, countDenied: opts.CountDenied}
 	if opts.PeerStats {
 		s.peer = newPeerStats(opts.NearLimitRatio)
 	}
@@ -583,6 +595,29 @@ func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now t
 		}
 	}
 
+	if s.stopIncrement && pending > 1 {
+		// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: when any descriptor
+		// would be over its limit, none is counted.
+		for i, m := range ms {
+			if m.rule == nil || m.rule.unlimited {
+				continue
+			}
+			if m.rule.denyAll >= 0 {
+				s.peekAll(ms)
+				break
+			}
+			cost := max(m.cost, 1)
+			dec, err := g.store.Take(ctx, ratelimit.Request{Key: counterKey(req.GetDomain(), descs[i], m.node), Limits: m.rule.limits, Cost: cost, Now: now, Peek: true, AllowOnly: true})
+			if err != nil {
+				return nil, s.storeFailed(req.GetDomain(), err)
+			}
+			if !dec.Allowed {
+				s.peekAll(ms)
+				break
+			}
+		}
+	}
+
 	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(descs))}
 	var inlineOut [4]outcome
 	outs := inlineOut[:0]
@@ -678,6 +713,23 @@ type match struct {
 	rule *rule
 	node *node
 	cost int64
+	peek bool // decide without counting
+}
+
+func (s *Service) peekAll(ms []match) {
+	for i := range ms {
+		ms[i].peek = true
+	}
+}
+
+// storeFailed counts, logs and wraps a store failure.
+func (s *Service) storeFailed(domain string, err error) error {
+	if errors.Is(err, ratelimit.ErrInvalidLimit) {
+		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
+	}
+	s.m.storeErrors.Inc()
+	s.log.Error("decision: store failed", "domain", domain, "err", err)
+	return fmt.Errorf("decision: taking from the store: %w", err)
 }
 
 // ruleFor returns what applies to d: nothing in an unknown domain, else
@@ -775,9 +827,9 @@ func (s *Service) check(ctx context.Context, store ratelimit.Store, domain strin
 		}, overOutcome(r), nil
 	}
 	key := counterKey(domain, d, m.node)
-	peek := m.cost == 0
+	peek := m.cost == 0 || m.peek
 	cost := m.cost
-	if peek {
+	if cost == 0 {
 		cost = 1 // would one more hit be allowed?
 	}
 	if s.overCache != nil && !peek {
@@ -793,14 +845,9 @@ func (s *Service) check(ctx context.Context, store ratelimit.Store, domain strin
 			}, overOutcome(r), nil
 		}
 	}
-	dec, err := store.Take(ctx, ratelimit.Request{Key: key, Limits: r.limits, Cost: cost, Now: now, Peek: peek})
+	dec, err := store.Take(ctx, ratelimit.Request{Key: key, Limits: r.limits, Cost: cost, Now: now, Peek: peek, Penalty: s.countDenied && !peek})
 	if err != nil {
-		if errors.Is(err, ratelimit.ErrInvalidLimit) {
-			return nil, 0, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
-		}
-		s.m.storeErrors.Inc()
-		s.log.Error("decision: store failed", "domain", domain, "err", err)
-		return nil, 0, fmt.Errorf("decision: taking from the store: %w", err)
+		return nil, 0, s.storeFailed(domain, err)
 	}
 	i := dec.Denied
 	if i < 0 {
@@ -823,7 +870,7 @@ func (s *Service) check(ctx context.Context, store ratelimit.Store, domain strin
 		// envoyproxy/ratelimit's accounting: the hits before and after
 		// this call, as if it had been added.
 		after := int64(ls.Used)
-		if !ls.Counted || peek {
+		if !ls.Counted {
 			after += m.cost
 		}
 		s.peer.observe(statName(domain, d, m), int64(spec.RequestsPerUnit), after-m.cost, after, m.cost, dec.Allowed, r.shadow)
