@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
@@ -32,7 +33,8 @@ func (g *Gateway) newH2Server() *http.Server {
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, connKey{}, c)
 		},
-		ErrorLog: nil,
+		// net/http's own complaints (a client's protocol error) at debug.
+		ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
 	}
 }
 

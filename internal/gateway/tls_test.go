@@ -358,3 +358,39 @@ func TestParseListen(t *testing.T) {
 		}
 	}
 }
+
+// TestRouteSNIsOverTLS: a route's snis match the TLS server name, over
+// HTTP/1.1 and HTTP/2 alike.
+func TestRouteSNIsOverTLS(t *testing.T) {
+	one, other := newIDServer(t, "one"), newIDServer(t, "other")
+	ca := newTestCA(t)
+	c, k := ca.issue(t, "multi", "one.test", "two.test")
+	cfg := fmt.Sprintf(`_format_version: "3.0"
+services:
+- name: one
+  url: http://%s
+  routes:
+  - {name: by-sni, snis: [one.test], protocols: [https], paths: ["/"]}
+- name: other
+  url: http://%s
+  routes:
+  - {name: rest, paths: ["/"]}
+certificates:
+%s`, one.addr, other.addr, certEntry(c, k, "one.test", "two.test"))
+	_, addr, _ := startTLSGateway(t, cfg, Options{})
+	for _, h2 := range []bool{false, true} {
+		for name, want := range map[string]string{"one.test": "one", "two.test": "other"} {
+			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.pool, ServerName: name}, ForceAttemptHTTP2: h2}
+			if !h2 {
+				tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+			}
+			res, body, err := get(t, &http.Client{Transport: tr, Timeout: 10 * time.Second}, "https://"+addr+"/", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if body != want || (res.ProtoMajor == 2) != h2 {
+				t.Errorf("SNI %s (h2 %v): served by %q over %s, want %q", name, h2, body, res.Proto, want)
+			}
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -509,4 +510,74 @@ func TestUpstreamRetriesBound(t *testing.T) {
 	if res.StatusCode != 502 {
 		t.Errorf("every target dead: %d %s, want 502", res.StatusCode, body)
 	}
+}
+
+// TestHTTPSTargetsAndTCPChecks: an https service balanced over TLS
+// targets, probed by tcp checks: a killed target is taken out and a
+// restored one brought back.
+func TestHTTPSTargetsAndTCPChecks(t *testing.T) {
+	var servers []*httptest.Server
+	for _, name := range []string{"a", "b"} {
+		s := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, name) }))
+		t.Cleanup(s.Close)
+		servers = append(servers, s)
+	}
+	addrOf := func(s *httptest.Server) string { return strings.TrimPrefix(s.URL, "https://") }
+	var tickers manualTickers
+	cfg := fmt.Sprintf(`_format_version: "3.0"
+services:
+- name: s
+  host: tls.backend
+  protocol: https
+  tls_verify: false
+  routes: [{name: r, paths: ["/"]}]
+upstreams:
+- name: tls.backend
+  healthchecks:
+    active:
+      type: tcp
+      healthy: {interval: 3, successes: 1}
+      unhealthy: {interval: 4, tcp_failures: 1}
+  targets: [{target: "%s"}, {target: "%s"}]
+`, addrOf(servers[0]), addrOf(servers[1]))
+	g, base := startGateway(t, cfg, Options{HealthCheckTicker: tickers.new})
+	cl := &http.Client{Timeout: 10 * time.Second}
+	got := map[string]int{}
+	for range 10 {
+		_, body, err := get(t, cl, base+"/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[body]++
+	}
+	if got["a"] != 5 || got["b"] != 5 {
+		t.Fatalf("round-robin over TLS targets: %v", got)
+	}
+	// Take b away: close its listener so that connections are refused.
+	bAddr := addrOf(servers[1])
+	servers[1].Listener.Close()
+	servers[1].CloseClientConnections()
+	tickers.tick(t, 3*time.Second)
+	waitFor(t, "b unhealthy", func() bool { return !targetHealthy(g, bAddr) })
+	for range 5 {
+		if _, body, err := get(t, cl, base+"/", nil); err != nil || body != "a" {
+			t.Fatalf("with b down: %q %v", body, err)
+		}
+	}
+	ln, err := net.Listen("tcp", bAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.Close()
+		}
+	}()
+	tickers.tick(t, 4*time.Second)
+	waitFor(t, "b healthy again (a tcp check only connects)", func() bool { return targetHealthy(g, bAddr) })
 }
