@@ -212,6 +212,7 @@ type Gateway struct {
 	h2servers []*http.Server
 
 	targetHealth *prometheus.GaugeVec // sluice_upstream_target_health
+	trust        sync.Map             // trustKey -> *upstreamTrust
 }
 
 // generation is one built configuration.

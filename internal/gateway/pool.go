@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"crypto/tls"
 	"errors"
 	"net"
 	"time"
@@ -17,6 +16,9 @@ type upstreamKey struct {
 	sni                  string
 	connect, read, write time.Duration
 	retries              int
+	// trust names the service's CA certificates and client certificate
+	// by content ("" for neither); see upstreamTLS.
+	trust string
 }
 
 func (g *Gateway) upstream(gen *generation, svc *kongconf.Service) *fasthttp.HostClient {
@@ -35,7 +37,7 @@ func (g *Gateway) upstream(gen *generation, svc *kongconf.Service) *fasthttp.Hos
 // timeouts; pools are shared by generations, so reloads keep connections.
 func (g *Gateway) upstreamFor(svc *kongconf.Service) *fasthttp.HostClient {
 	k := upstreamKey{addr: svc.Addr(), tls: svc.Protocol == "https", verify: svc.TLSVerify, sni: svc.Host,
-		connect: svc.ConnectTimeout, read: svc.ReadTimeout, write: svc.WriteTimeout, retries: svc.Retries}
+		connect: svc.ConnectTimeout, read: svc.ReadTimeout, write: svc.WriteTimeout, retries: svc.Retries, trust: g.trustKey(svc)}
 	return g.upstreamForKey(k)
 }
 
@@ -68,7 +70,7 @@ func (g *Gateway) upstreamForKey(k upstreamKey) *fasthttp.HostClient {
 		},
 	}
 	if k.tls {
-		hc.TLSConfig = &tls.Config{ServerName: k.sni, MinVersion: tls.VersionTLS12, InsecureSkipVerify: !k.verify} //nolint:gosec // the operator's choice (tls_verify: false)
+		hc.TLSConfig = g.upstreamTLSConfig(k.sni, k.verify, k.trust)
 	}
 	v, _ := g.upstreams.LoadOrStore(k, hc)
 	return v.(*fasthttp.HostClient)

@@ -4,9 +4,11 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/big"
@@ -236,3 +238,48 @@ func (l *connListener) Close() error {
 }
 
 func (l *connListener) Addr() net.Addr { return l.ln.Addr() }
+
+// upstreamTrust is what a service's ca_certificates and client_certificate
+// give its TLS connections to upstreams.
+type upstreamTrust struct {
+	roots  *x509.CertPool
+	client []tls.Certificate
+}
+
+// trustKey names svc's CA and client certificates by their content, and
+// keeps them for upstreamTLSConfig: pools keyed by it survive reloads
+// that keep the certificates, and a rotated certificate gets new
+// connections.
+func (g *Gateway) trustKey(svc *kongconf.Service) string {
+	if len(svc.CACertificates) == 0 && svc.ClientCertificate == nil {
+		return ""
+	}
+	var b strings.Builder
+	tr := &upstreamTrust{}
+	if len(svc.CACertificates) > 0 {
+		tr.roots = x509.NewCertPool()
+		for _, c := range svc.CACertificates {
+			b.WriteString(c.CertDigest + ",")
+			tr.roots.AddCert(c.X509)
+		}
+	}
+	if cc := svc.ClientCertificate; cc != nil && len(cc.Pairs) > 0 {
+		sum := sha256.Sum256([]byte(cc.Cert + "\x00" + cc.Key))
+		b.WriteString("|" + hex.EncodeToString(sum[:]))
+		tr.client = cc.Pairs[:1]
+	}
+	k := b.String()
+	g.trust.LoadOrStore(k, tr)
+	return k
+}
+
+// upstreamTLSConfig is the client configuration of an https upstream.
+func (g *Gateway) upstreamTLSConfig(sni string, verify bool, trust string) *tls.Config {
+	cfg := &tls.Config{ServerName: sni, MinVersion: tls.VersionTLS12, InsecureSkipVerify: !verify} //nolint:gosec // the operator's choice (tls_verify: false)
+	if v, ok := g.trust.Load(trust); ok && trust != "" {
+		tr := v.(*upstreamTrust)
+		cfg.RootCAs = tr.roots
+		cfg.Certificates = tr.client
+	}
+	return cfg
+}

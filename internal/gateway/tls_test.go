@@ -63,7 +63,7 @@ func (ca *testCA) issue(t *testing.T, cn string, names ...string) (certPEM, keyP
 	tmpl := &x509.Certificate{
 		SerialNumber: serial, Subject: pkix.Name{CommonName: cn}, DNSNames: names,
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
@@ -392,5 +392,59 @@ certificates:
 				t.Errorf("SNI %s (h2 %v): served by %q over %s, want %q", name, h2, body, res.Proto, want)
 			}
 		}
+	}
+}
+
+// TestServiceCACertificatesAndClientCertificate: an https upstream that
+// requires a client certificate, verified against the service's
+// ca_certificates; without them the system roots reject it (502).
+func TestServiceCACertificatesAndClientCertificate(t *testing.T) {
+	ca := newTestCA(t)
+	sC, sK := ca.issue(t, "upstream", "up.test")
+	cC, cK := ca.issue(t, "sluice-client", "client.test")
+	pair, err := tls.X509KeyPair([]byte(sC), []byte(sK))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: ca.pool})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "client "+r.TLS.PeerCertificates[0].Subject.CommonName)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	caPEM := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw}))
+	cfg := func(trust string) string {
+		return fmt.Sprintf(`_format_version: "3.0"
+services:
+- name: s
+  host: secure.up
+  protocol: https
+%s  routes: [{name: r, paths: ["/"]}]
+upstreams:
+- name: secure.up
+  host_header: up.test
+  targets: [{target: "%s"}]
+ca_certificates:
+- id: 3b6a2cc4-0a4f-4bd1-9a38-4a53cf7a1b9e
+  cert: |
+%s
+certificates:
+- id: 7d3f6f8e-3c1b-4c53-8f0e-1f2a3b4c5d6e
+  cert: |
+%s
+  key: |
+%s
+`, trust, ln.Addr().String(), indent(caPEM, "    "), indent(cC, "    "), indent(cK, "    "))
+	}
+	_, base := startGateway(t, cfg("  ca_certificates: [3b6a2cc4-0a4f-4bd1-9a38-4a53cf7a1b9e]\n  client_certificate: {id: 7d3f6f8e-3c1b-4c53-8f0e-1f2a3b4c5d6e}\n"), Options{})
+	if r := do(t, "GET", base+"/", nil); r.status != 200 || r.body != "client sluice-client" {
+		t.Errorf("with ca_certificates and client_certificate: %d %q", r.status, r.body)
+	}
+	_, base = startGateway(t, cfg(""), Options{})
+	if r := do(t, "GET", base+"/", nil); r.status != 502 {
+		t.Errorf("without ca_certificates (system roots): %d %q, want 502", r.status, r.body)
 	}
 }

@@ -43,7 +43,7 @@ func (g *Gateway) tunnel(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time)
 	var err error
 	d := &net.Dialer{Timeout: svc.ConnectTimeout}
 	if svc.Protocol == "https" {
-		cfg := &tls.Config{ServerName: svc.Host, MinVersion: tls.VersionTLS12, InsecureSkipVerify: !svc.TLSVerify} //nolint:gosec // tls_verify: false
+		cfg := g.upstreamTLSConfig(svc.Host, svc.TLSVerify, g.trustKey(svc))
 		up, err = (&tls.Dialer{NetDialer: d, Config: cfg}).Dial("tcp", g.tunnelAddr(x))
 	} else {
 		up, err = d.Dial("tcp", g.tunnelAddr(x))

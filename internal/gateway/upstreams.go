@@ -55,7 +55,7 @@ func (g *Gateway) doUpstream(ctx *fasthttp.RequestCtx, x *Exchange, uresp *fasth
 			sni = up.HostHeader
 		}
 		hc := g.upstreamForKey(upstreamKey{addr: t.addr, tls: svc.Protocol == "https", verify: svc.TLSVerify, sni: sni,
-			connect: svc.ConnectTimeout, read: svc.ReadTimeout, write: svc.WriteTimeout, retries: 1})
+			connect: svc.ConnectTimeout, read: svc.ReadTimeout, write: svc.WriteTimeout, retries: 1, trust: g.trustKey(svc)})
 		t.active.Add(1)
 		sent := time.Now()
 		err = hc.Do(&ctx.Request, uresp)

@@ -45,6 +45,14 @@ type CACertificate struct {
 	Tags       []string
 }
 
+type pendingServiceTLS struct {
+	svc     *Service
+	cas     []string
+	caPaths []string
+	client  string
+	cPath   string
+}
+
 type pendingSNI struct {
 	sni  *SNI
 	ref  string
@@ -251,10 +259,52 @@ func (p *parser) caCertificate(v any, path string) {
 	o.finish()
 }
 
+// serviceTLS reads a service's ca_certificates, client_certificate and
+// tls_verify_depth.
+func (p *parser) serviceTLS(s *Service, o *obj) {
+	pt := pendingServiceTLS{svc: s}
+	for i, v := range o.list("ca_certificates") {
+		fp := index(o.field("ca_certificates"), i)
+		if ref := refValue(v, fp, p.errs); ref != "" {
+			pt.cas, pt.caPaths = append(pt.cas, ref), append(pt.caPaths, fp)
+		}
+	}
+	pt.client, pt.cPath = o.ref("client_certificate"), o.field("client_certificate")
+	if o.has("tls_verify_depth") {
+		p.errs.add(o.field("tls_verify_depth"), "not supported by sluice: the chain depth of upstream certificates is not limited (remove it or set it to null)")
+	}
+	o.get("tls_verify_depth")
+	if (len(pt.cas) > 0 || pt.client != "") && s.Protocol != "https" {
+		p.errs.add(o.path, "ca_certificates and client_certificate apply to protocol https only (protocol is %s)", s.Protocol)
+	}
+	if len(pt.cas) > 0 || pt.client != "" {
+		p.serviceTLSRefs = append(p.serviceTLSRefs, pt)
+	}
+}
+
 // resolveTLS links top-level snis to their certificates and checks that
 // every SNI name is used once.
 func (p *parser) resolveTLS() {
 	certs := byRef(p.cfg.Certificates, func(c *Certificate) (string, string) { return c.ID, "" })
+	cas := byRef(p.cfg.CACertificates, func(c *CACertificate) (string, string) { return c.ID, "" })
+	for _, pt := range p.serviceTLSRefs {
+		for i, ref := range pt.cas {
+			c, ok := cas[ref]
+			if !ok {
+				p.errs.add(pt.caPaths[i], "no ca_certificate with id %q", ref)
+				continue
+			}
+			pt.svc.CACertificates = append(pt.svc.CACertificates, c)
+		}
+		if pt.client != "" {
+			c, ok := certs[pt.client]
+			if !ok {
+				p.errs.add(pt.cPath, "no certificate with id %q", pt.client)
+				continue
+			}
+			pt.svc.ClientCertificate = c
+		}
+	}
 	for _, r := range p.sniRefs {
 		c, ok := certs[r.ref]
 		if !ok {

@@ -85,8 +85,14 @@ type Service struct {
 	// off unless configured; sluice defaults to on (tls_verify: false turns
 	// it off).
 	TLSVerify bool
-	Enabled   bool
-	Tags      []string
+	// CACertificates, when set, are the only CAs trusted for an https
+	// upstream's certificate (Kong's ca_certificates); nil means the
+	// system's.
+	CACertificates []*CACertificate
+	// ClientCertificate is presented to an https upstream (mutual TLS).
+	ClientCertificate *Certificate
+	Enabled           bool
+	Tags              []string
 	// Upstream is the upstream named by Host, whose targets requests are
 	// balanced over; nil when Host is a plain host name or address.
 	Upstream *Upstream

@@ -121,11 +121,12 @@ type parser struct {
 	errs *errList
 	cfg  Config
 	// pending references, resolved once every entity is known
-	routeSvc   []pendingRef[*Route]
-	memberRefs []pendingMember
-	plugRefs   []pendingPlugin
-	sniRefs    []pendingSNI
-	targetRefs []pendingTarget
+	routeSvc       []pendingRef[*Route]
+	memberRefs     []pendingMember
+	plugRefs       []pendingPlugin
+	sniRefs        []pendingSNI
+	serviceTLSRefs []pendingServiceTLS
+	targetRefs     []pendingTarget
 	// generated holds the ids the parser derived (not configured); only
 	// configured ids must be unique, derived ones follow their names.
 	generated map[string]bool
@@ -257,6 +258,7 @@ func (p *parser) service(v any, path string) {
 		s.ID = p.genID("service", key)
 	}
 	s.addr = joinHostPort(s.Host, s.Port)
+	p.serviceTLS(s, o)
 	p.cfg.Services = append(p.cfg.Services, s)
 	for i, r := range o.list("routes") {
 		p.route(r, index(o.field("routes"), i), s)
