@@ -136,3 +136,48 @@ func TestUpstreamPath(t *testing.T) {
 		}
 	}
 }
+
+// TestMatchRegexHeadersAndSNIs: "~*" header values are regexes found in
+// the lower-cased value; a route's snis decide on TLS requests only, and
+// count as an attribute.
+func TestMatchRegexHeadersAndSNIs(t *testing.T) {
+	cfg, err := parseConfig([]byte(`
+_format_version: "3.0"
+services:
+  - name: s
+    url: http://u.test
+    routes:
+      - {name: any, paths: [/]}
+      - {name: re, paths: [/], headers: {x-version: ["~*^v[23]$", v9]}}
+      - {name: sni, paths: [/], snis: [a.example.com]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := New(cfg.Routes)
+	for _, c := range []struct {
+		h    hdrs
+		tls  bool
+		sni  string
+		want string
+	}{
+		{hdrs{"x-version": "V3"}, false, "", "re"},
+		{hdrs{"x-version": "v9"}, false, "", "re"},
+		{hdrs{"x-version": "v33"}, false, "", "sni"}, // plain HTTP ignores snis
+		{hdrs{}, true, "a.example.com", "sni"},
+		{hdrs{}, true, "A.Example.com", "sni"},
+		{hdrs{}, true, "b.example.com", "any"},
+		{hdrs{}, true, "", "any"},
+	} {
+		var m Match
+		var ok bool
+		if c.tls {
+			m, ok = r.MatchTLS("GET", "x", "/p", c.sni, c.h)
+		} else {
+			m, ok = r.Match("GET", "x", "/p", c.h)
+		}
+		if !ok || m.Route.Name != c.want {
+			t.Errorf("%v tls=%v sni=%q: got %v, want %s", c.h, c.tls, c.sni, m.Route, c.want)
+		}
+	}
+}
