@@ -214,17 +214,7 @@ func buildChain(all []*instance, r *kongconf.Route) *chain {
 	c := &chain{}
 	for _, n := range names {
 		list := byName[n]
-		sort.SliceStable(list, func(i, j int) bool {
-			if list[i].rank != list[j].rank {
-				return list[i].rank < list[j].rank
-			}
-			// Among group-scoped instances, the group whose name sorts first.
-			gi, gj := list[i].entity.ConsumerGroup, list[j].entity.ConsumerGroup
-			if gi != nil && gj != nil {
-				return gi.Name < gj.Name
-			}
-			return false
-		})
+		sort.SliceStable(list, func(i, j int) bool { return list[i].rank < list[j].rank })
 		c.names = append(c.names, list)
 		for _, in := range list {
 			_, f := in.plugin.(ResponseFilter)
@@ -237,17 +227,58 @@ func buildChain(all []*instance, r *kongconf.Route) *chain {
 }
 
 // pick returns the most specific instance of one plugin name that applies
-// to the consumer (nil when unauthenticated), or nil.
+// to the consumer (nil when unauthenticated), or nil. Among the
+// group-scoped instances of one rank, adjacent in list, the one of the
+// group policy.SelectScopeGroup picks applies.
 func pick(list []*instance, consumer *kongconf.Consumer) *instance {
-	for _, in := range list {
+	for i := 0; i < len(list); i++ {
+		in := list[i]
 		p := in.entity
+		if p.ConsumerGroup != nil {
+			j := i + 1
+			for j < len(list) && list[j].rank == in.rank {
+				j++
+			}
+			if g := pickGroup(list[i:j], consumer); g != nil {
+				return g
+			}
+			i = j - 1
+			continue
+		}
 		if p.Consumer != nil && p.Consumer != consumer {
 			continue
 		}
-		if p.ConsumerGroup != nil && !inGroup(consumer, p.ConsumerGroup) {
-			continue
-		}
 		return in
+	}
+	return nil
+}
+
+// pickGroup returns the instance, among group-scoped ones, of the
+// consumer's group that policy.SelectScopeGroup picks, or nil.
+func pickGroup(list []*instance, consumer *kongconf.Consumer) *instance {
+	if consumer == nil {
+		return nil
+	}
+	var buf [8]policy.Group
+	groups := buf[:0]
+	for _, in := range list {
+		groups = append(groups, policy.Group{ID: in.entity.ConsumerGroup.ID, Name: in.entity.ConsumerGroup.Name})
+	}
+	g, ok := policy.SelectScopeGroup(groups, func(g policy.Group) bool {
+		for _, in := range list {
+			if cg := in.entity.ConsumerGroup; cg.ID == g.ID && cg.Name == g.Name {
+				return inGroup(consumer, cg)
+			}
+		}
+		return false
+	})
+	if !ok {
+		return nil
+	}
+	for _, in := range list {
+		if cg := in.entity.ConsumerGroup; cg.ID == g.ID && cg.Name == g.Name {
+			return in
+		}
 	}
 	return nil
 }

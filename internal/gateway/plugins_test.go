@@ -3,6 +3,8 @@ package gateway
 import (
 	"strings"
 	"testing"
+
+	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
 )
 
 const authConfig = `
@@ -231,5 +233,42 @@ consumer_groups:
 		"config: {limit: [3], window_size: [60], namespace: x}", 1)))
 	if err == nil || !strings.Contains(err.Error(), "consumer_groups[0].plugins[0].config.namespace") {
 		t.Errorf("override with a plugin-only field: %v", err)
+	}
+}
+
+// TestPickScopeGroup: among group-scoped instances of one rank, the
+// consumer's group that policy.SelectScopeGroup picks runs; a more
+// specific instance wins over every group-scoped one.
+func TestPickScopeGroup(t *testing.T) {
+	gold := &kongconf.ConsumerGroup{Name: "gold"}
+	silver := &kongconf.ConsumerGroup{Name: "silver"}
+	bronze := &kongconf.ConsumerGroup{Name: "bronze"}
+	both := &kongconf.Consumer{Username: "both", Groups: []*kongconf.ConsumerGroup{silver, gold}}
+	silverOnly := &kongconf.Consumer{Username: "s", Groups: []*kongconf.ConsumerGroup{silver}}
+	nobody := &kongconf.Consumer{Username: "n"}
+	inst := func(p *kongconf.Plugin) *instance {
+		r, _ := rank(p)
+		return &instance{entity: p, rank: r}
+	}
+	pSilver := inst(&kongconf.Plugin{ConsumerGroup: silver})
+	pGold := inst(&kongconf.Plugin{ConsumerGroup: gold})
+	pBronze := inst(&kongconf.Plugin{ConsumerGroup: bronze})
+	pGlobal := inst(&kongconf.Plugin{})
+	pOwn := inst(&kongconf.Plugin{Consumer: both})
+	list := []*instance{pSilver, pGold, pBronze, pGlobal}
+	for _, tc := range []struct {
+		list     []*instance
+		consumer *kongconf.Consumer
+		want     *instance
+	}{
+		{list, both, pGold},
+		{list, silverOnly, pSilver},
+		{list, nobody, pGlobal},
+		{list, nil, pGlobal},
+		{append([]*instance{pOwn}, list...), both, pOwn},
+	} {
+		if got := pick(tc.list, tc.consumer); got != tc.want {
+			t.Errorf("%v: picked %+v, want %+v", tc.consumer, got.entity, tc.want.entity)
+		}
 	}
 }
