@@ -88,17 +88,6 @@ func init() {
 	}
 }
 
-// grow makes d hold n states, keeping those it has.
-func (d *Decision) grow(n int) {
-	if n <= d.n {
-		return
-	}
-	d.n = n
-	if extra := n - inlineStates - len(d.more); extra > 0 {
-		d.more = append(d.more, make([]LimitState, extra)...)
-	}
-}
-
 func (d *Decision) statePtr(i int) *LimitState {
 	if i < inlineStates {
 		return &d.inline[i]

@@ -63,13 +63,6 @@ func (c *compiledCache[T]) get(key [32]byte, build func() (T, error)) (T, error)
 	return val, nil
 }
 
-// len returns the number of cached entries.
-func (c *compiledCache[T]) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.m)
-}
-
 // retryCompile is how long an instance whose config failed to compile
 // answers with that error before compiling again.
 const retryCompile = 5 * time.Second
