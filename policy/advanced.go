@@ -157,7 +157,7 @@ func NewAdvanced(cfg *AdvancedConfig, reg *Registry) (*Advanced, error) {
 			continue
 		}
 		// An override replaces limits, windows, window type and jitter;
-		// the rest is the plugin's (spec §6.2).
+		// the rest is the plugin's.
 		p, err := newPlan(o.Limit, o.WindowSize, o.WindowType, c.DisablePenalty, o.RetryAfterJitterMax)
 		if err != nil {
 			return nil, fmt.Errorf("consumer group %q override: %w", g, err)
@@ -203,7 +203,7 @@ func (a *Advanced) Close() error {
 // Namespace returns the namespace the counters live in.
 func (a *Advanced) Namespace() string { return a.namespace }
 
-// selectPlan picks the plan of r (spec §6.2): a legacy consumer-group
+// selectPlan picks the plan of r: a legacy consumer-group
 // override when the first entry of consumer_groups that the consumer
 // belongs to has one, else the request's quota override, else the
 // plugin's own plan. An invalid quota is reported with the plugin's plan.
@@ -315,10 +315,10 @@ func (a *Advanced) quotaPlan(q *Quota) (*plan, error) {
 	return p, nil
 }
 
-// Check decides r (spec §2.4-§3.4): it counts the request in every window
+// Check decides r: it counts the request in every window
 // of the effective plan, in order, under the counter key of r, and returns
 // the verdict with its headers. With throttling enabled a request that
-// would be rejected waits in the waiting room (spec §2.12): Check then
+// would be rejected waits in the waiting room: Check then
 // blocks for up to interval*retry_times, and returns at once with ctx's
 // error when ctx ends (the client is gone).
 //
@@ -435,7 +435,7 @@ func (a *Advanced) result(res *Result, p *plan, d *ratelimit.Decision, now time.
 	res.Headers = p.headers.build(&v, dst)
 }
 
-// updatePins applies the pin rule of spec §2.5 to every window: a sliding
+// updatePins applies Kong's pin rule to every window: a sliding
 // window whose rate is above its limit pins the start of the window in
 // which it first was (per namespace, key and window size, the spec's
 // recommendation; Kong pins per window size for the whole node), any other
@@ -461,7 +461,7 @@ func (a *Advanced) updatePins(p *plan, key string, d *ratelimit.Decision, rep in
 	return repStart
 }
 
-// reset computes RateLimit-Reset (spec §2.5) for a window of w seconds
+// reset computes RateLimit-Reset for a window of w seconds
 // that started at start: the seconds left in it, at least 1, and for a
 // sliding window whose rate is above its limit, plus the time the excess
 // needs to drain, rounded up. Under continuous overload the window start
@@ -476,7 +476,7 @@ func reset(p *plan, s *ratelimit.LimitState, w, start int64, now time.Time) int6
 	return int64(math.Ceil(float64(base) + over))
 }
 
-// jitter returns the extra seconds added to Retry-After (spec §2.6): 0
+// jitter returns the extra seconds added to Retry-After: 0
 // without jitter, else floor(U*max)+1, an integer in 1..ceil(max).
 func jitter(maxJitter float64, rnd func() float64) int64 {
 	if maxJitter <= 0 {

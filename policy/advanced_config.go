@@ -11,7 +11,7 @@ import (
 type Identifier string
 
 // Identifiers. Each one falls back to the client IP when the request lacks
-// its value (spec §4.2).
+// its value.
 const (
 	ByIP            Identifier = "ip"
 	ByCredential    Identifier = "credential"
@@ -102,7 +102,7 @@ type AdvancedConfig struct {
 	// Kong carries the keys Kong adds to a config it sends to a plugin
 	// server; they are not part of the normalised policy.
 	Kong KongKeys `json:"-"`
-	// Overrides are the legacy consumer-group overrides (spec §6.2), keyed
+	// Overrides are the legacy consumer-group overrides, keyed
 	// by group name or id as listed in ConsumerGroups. Adapters fill it
 	// from their consumer-group entities; ParseOverride reads one.
 	Overrides map[string]*OverrideConfig `json:"-"`
@@ -182,7 +182,7 @@ func readKongKeys(f *fields) KongKeys {
 }
 
 // OverrideConfig is the config of a legacy consumer-group override of
-// rate-limiting-advanced (spec §6.2).
+// rate-limiting-advanced.
 type OverrideConfig struct {
 	Limit               []int64 `json:"limit"`
 	WindowSize          []int64 `json:"window_size"`
@@ -190,7 +190,7 @@ type OverrideConfig struct {
 	RetryAfterJitterMax float64 `json:"retry_after_jitter_max"`
 }
 
-// Messages of the rate-limiting-advanced entity checks (spec §1.4, §9).
+// Messages of the rate-limiting-advanced entity checks.
 const (
 	msgSameCount   = "You must provide the same number of windows and limits"
 	msgCluster     = "[rate-limiting-advanced] strategy 'cluster' is not supported with Hybrid deployments or DB-less mode. If you did not specify the strategy, please use 'redis' strategy, 'local' strategy or set 'sync_rate' to -1."
@@ -374,12 +374,12 @@ func pairs(d *decoder, path string, limits, windows []float64) ([]int64, []int64
 	return ls, ws
 }
 
-// validateAdvanced runs the entity checks after the pairs (spec §1.4
-// steps 4-14). It is also how NewAdvanced checks a hand-built config.
+// validateAdvanced runs the entity checks after the pairs (Kong's entity checks,
+// in Kong's order). It is also how NewAdvanced checks a hand-built config.
 func validateAdvanced(d *decoder, c *AdvancedConfig) {
 	const p = pathConfig + "."
 	if c.Strategy == StrategyCluster && (c.SyncRate == nil || *c.SyncRate != -1) {
-		// sluice has no Kong database: it is DB-less (spec §1.4 step 4).
+		// sluice has no Kong database: it is DB-less.
 		d.fail(p+"strategy", msgCluster)
 	}
 	if c.Strategy == StrategyRedis && c.Redis.Host == nil && c.Redis.SentinelNodes == nil && c.Redis.ClusterNodes == nil {

@@ -107,7 +107,7 @@ func runCalls(t *testing.T, c checker, calls []call) []Result {
 	return out
 }
 
-// §2.3: W = 60, 30 s into the window, current 10 (this request included),
+// Sliding-window rate: W = 60, 30 s into the window, current 10 (this request included),
 // previous 40: weight 0.5, rate 30.
 func TestSlidingRateExample(t *testing.T) {
 	a := newAdvanced(t, newRegistry(t, RegistryOptions{}), `{"limit":[100],"window_size":[60],"namespace":"n"}`)
@@ -121,7 +121,7 @@ func TestSlidingRateExample(t *testing.T) {
 	})
 }
 
-// §2.4 step 3 with a fixed window: requests 1..L pass, L+1 is rejected,
+// A fixed window: requests 1..L pass, L+1 is rejected,
 // with the exact body and status, and the reset is the rest of the window.
 func TestFixedWindowLimit(t *testing.T) {
 	a := newAdvanced(t, newRegistry(t, RegistryOptions{}), `{"limit":[3],"window_size":[60],"window_type":"fixed","namespace":"n"}`)
@@ -137,7 +137,7 @@ func TestFixedWindowLimit(t *testing.T) {
 	}
 }
 
-// §2.4 step 5: without disable_penalty a client that keeps sending stays
+// Without disable_penalty a client that keeps sending stays
 // blocked; with it, some requests get through in every window.
 func TestPenalty(t *testing.T) {
 	count := func(disable bool) int {
@@ -164,7 +164,7 @@ func TestPenalty(t *testing.T) {
 	}
 }
 
-// §3.2: limits 3/5 s and 5/10 s; after the third request the 5 s window
+// Limits 3/5 s and 5/10 s; after the third request the 5 s window
 // has 0 left and the 10 s window 2; the RateLimit-* headers describe the
 // 5 s window; further requests are rejected and the 10 s values stay 2.
 func TestMultiWindowHeaders(t *testing.T) {
@@ -190,7 +190,7 @@ func TestMultiWindowHeaders(t *testing.T) {
 	}
 }
 
-// §3.2 tie rule: equal remaining, the larger window is reported; equal
+// Ties: equal remaining, the larger window is reported; equal
 // window sizes send one pair of headers, with the later window's values.
 func TestReportedWindowTie(t *testing.T) {
 	a := newAdvanced(t, newRegistry(t, RegistryOptions{}), `{"limit":[2,2],"window_size":[1,60],"window_type":"fixed","namespace":"n"}`)
@@ -202,7 +202,7 @@ func TestReportedWindowTie(t *testing.T) {
 	}
 }
 
-// §2.5: the reset of an exceeded sliding window adds the time the excess
+// The reset of an exceeded sliding window adds the time the excess
 // needs to drain, and the pin makes the first term decay to 1 during
 // continuous overload.
 func TestSlidingResetPin(t *testing.T) {
@@ -223,7 +223,7 @@ func TestSlidingResetPin(t *testing.T) {
 	})
 }
 
-// §2.6: Retry-After = reset + floor(U*max)+1, in 1..ceil(max).
+// Retry-After = reset + floor(U*max)+1, in 1..ceil(max).
 func TestJitterBounds(t *testing.T) {
 	for _, c := range []struct {
 		u, max float64
@@ -242,7 +242,7 @@ func TestJitterBounds(t *testing.T) {
 	})
 }
 
-// §3.4 and error_code / error_message.
+// hide_client_headers, error_code and error_message.
 func TestHideHeadersAndCustomError(t *testing.T) {
 	a := newAdvanced(t, newRegistry(t, RegistryOptions{}),
 		`{"limit":[1],"window_size":[60],"namespace":"n","hide_client_headers":true,"error_code":403,"error_message":"slow \"down\""}`)
@@ -261,7 +261,7 @@ func TestHideHeadersAndCustomError(t *testing.T) {
 	}
 }
 
-// §2.10: two instances with one namespace share counters; a reload (a new
+// Two instances with one namespace share counters; a reload (a new
 // instance, old one closed after) keeps them.
 func TestNamespaceSharing(t *testing.T) {
 	reg := newRegistry(t, RegistryOptions{})
@@ -283,7 +283,7 @@ func TestNamespaceSharing(t *testing.T) {
 	runCalls(t, reloaded, []call{{t: 2 * time.Second, allowed: false, headers: want{"X-RateLimit-Limit-minute": "4"}}})
 }
 
-// §4.2: identifiers and their fallbacks.
+// Identifiers and their fallbacks.
 func TestIdentifiers(t *testing.T) {
 	hdrs := func(m map[string]string) func(string) string {
 		return func(n string) string { return m[strings.ToLower(n)] }
@@ -350,7 +350,7 @@ func TestIdentifiers(t *testing.T) {
 	}
 }
 
-// §6.2: legacy overrides, first listed group that the consumer is in
+// Legacy overrides, first listed group that the consumer is in
 // decides; a group without an override uses the plugin's limits.
 func TestConsumerGroupOverrides(t *testing.T) {
 	cfg, err := ParseAdvanced([]byte(`{"limit":[1],"window_size":[60],"namespace":"n","enforce_consumer_groups":true,"consumer_groups":["silver","gold","bronze"]}`))
@@ -402,7 +402,7 @@ func TestExtensions(t *testing.T) {
 	}
 }
 
-// §6.1: the alphabetically first group with an instance runs.
+// The alphabetically first group with an instance runs.
 func TestSelectScopeGroup(t *testing.T) {
 	groups := []Group{{ID: "3", Name: "silver"}, {ID: "1", Name: "gold"}, {ID: "2", Name: "bronze"}}
 	has := func(g Group) bool { return g.Name != "bronze" }
@@ -414,7 +414,7 @@ func TestSelectScopeGroup(t *testing.T) {
 	}
 }
 
-// §2.4 step 5, recommended deviation: with disable_penalty a rejection
+// A deviation from Kong (docs/kong-compatibility.md): with disable_penalty a rejection
 // takes back only the increments it made; a later window that was only
 // read keeps its count (Kong would subtract from it too).
 func TestPenaltyUndoOnlyOwnIncrements(t *testing.T) {

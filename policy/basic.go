@@ -12,7 +12,7 @@ import (
 
 // Scope is the scope of a rate-limiting plugin instance: the route and
 // service it is attached to, empty when it is not. The OSS plugin's
-// counters belong to a scope (spec §5.4): a global instance shares one
+// counters belong to a scope: a global instance shares one
 // counter per identifier across all services.
 type Scope struct {
 	RouteID   string
@@ -157,7 +157,7 @@ func calendarStart(name string, now time.Time) time.Time {
 	return time.Date(u.Year(), u.Month(), 1, 0, 0, 0, 0, time.UTC)
 }
 
-// Check decides r as the OSS plugin does (spec §5.3): allowed iff every
+// Check decides r as the OSS plugin does: allowed iff every
 // period's count before this request is below its limit; an allowed
 // request is counted in every period. With the local policy a denied
 // request is counted nowhere; with redis it is counted in every period
@@ -321,7 +321,7 @@ func calendarWindow(name string) time.Duration {
 	return 32 * 24 * time.Hour
 }
 
-// failed is the result of a store failure (spec §5.3 step 6).
+// failed is the result of a store failure.
 func (b *Basic) failed(key string, err error, dst []Header) (Result, error) {
 	err = fmt.Errorf("policy: checking rate-limiting counters: %w", err)
 	if b.faultTolerant || b.shadow {
@@ -330,7 +330,7 @@ func (b *Basic) failed(key string, err error, dst []Header) (Result, error) {
 	return Result{Denied: true, Status: 500, Body: failureBody, Key: key, Headers: appendRejection(dst)}, err
 }
 
-// result builds the OSS response (spec §5.3 steps 3-4).
+// result builds the OSS response.
 func (b *Basic) result(key string, usage []int64, denied int, now time.Time, dst []Header) Result {
 	res := Result{Allowed: denied < 0, Denied: denied >= 0, Key: key}
 	var rem [6]int64

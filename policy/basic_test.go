@@ -22,7 +22,7 @@ func newBasic(t *testing.T, reg *Registry, raw string, scope Scope) *Basic {
 	return b
 }
 
-// §5.3: allowed iff every period's count is below its limit before this
+// Allowed iff every period's count is below its limit before this
 // request; remaining counts this request when allowed; denied requests are
 // not counted with the local policy; Retry-After = RateLimit-Reset.
 func TestBasicTimeline(t *testing.T) {
@@ -43,7 +43,7 @@ func TestBasicTimeline(t *testing.T) {
 	})
 }
 
-// §5.4: a global instance shares one counter per identifier across
+// A global instance shares one counter per identifier across
 // services; with limit_by credential, minute 6, after 6 calls on service 1
 // the calls on service 2 are rejected with remaining 0. A route-scoped
 // instance has counters of its own.
@@ -61,7 +61,7 @@ func TestBasicScope(t *testing.T) {
 	runCalls(t, routed, []call{{t: time.Second, req: svc1, allowed: true, headers: want{"X-RateLimit-Remaining-Minute": "5"}}})
 }
 
-// §5.2: month and year are calendar periods (UTC): a month's counter lasts
+// Month and year are calendar periods (UTC): a month's counter lasts
 // the whole month and restarts on the 1st; the reset assumes 30 days.
 func TestBasicCalendarPeriods(t *testing.T) {
 	b := newBasic(t, newRegistry(t, RegistryOptions{}), `{"hour":2,"month":2}`, Scope{})
@@ -89,7 +89,7 @@ func TestBasicCalendarPeriods(t *testing.T) {
 	}
 }
 
-// §5.3 step 6 and §3.4 on the OSS plugin.
+// The OSS plugin's fault tolerance (a failing store allows) and hidden headers.
 func TestBasicFaultTolerantAndHidden(t *testing.T) {
 	failing := RegistryOptions{NewLocalStore: func(string) (ratelimitStore, error) { return brokenStore{}, nil }}
 	tolerant := newBasic(t, newRegistry(t, failing), `{"minute":1}`, Scope{})

@@ -3,7 +3,7 @@ package policy
 import "strings"
 
 // SelectScopeGroup picks, among the consumer groups a consumer belongs to,
-// the one whose group-scoped plugin instance runs (spec §6.1, Kong 3.4+):
+// the one whose group-scoped plugin instance runs (Kong 3.4+):
 // when several of the consumer's groups have an instance of the same
 // plugin, exactly one runs, that of the group whose name sorts first
 // (byte order; groups known only by id sort by id). hasInstance reports

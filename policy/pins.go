@@ -6,7 +6,7 @@ import (
 )
 
 // pinTable holds the window starts pinned by the reset rule of sliding
-// windows (spec §2.5). Kong keeps one pin per window size for the whole
+// windows. Kong keeps one pin per window size for the whole
 // node; sluice keeps one per (namespace, key, window size), the spec's
 // recommendation: the same result for one client, and one client's
 // overload does not move another's reset.

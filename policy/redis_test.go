@@ -57,7 +57,7 @@ func TestRedisStrategySharedAcrossNodes(t *testing.T) {
 }
 
 // Redis unreachable: requests are still decided, with local counters and
-// headers, never failed (spec §2.9).
+// headers, never failed.
 func TestRedisDownFallsBackToLocal(t *testing.T) {
 	srv := testservers.Redis(t, testservers.RedisOptions{})
 	a := newAdvanced(t, newRegistry(t, testRedisOpts),
@@ -363,7 +363,7 @@ func TestOnRedisStateReloadFixesAddress(t *testing.T) {
 }
 
 // With the "kong" Redis layout, counters sit where Kong nodes keep them
-// (spec §2.8): one hash per window, "<window_start>:<W>:<namespace>", the
+//: one hash per window, "<window_start>:<W>:<namespace>", the
 // identifier as the field. Two sluice nodes share them like Kong nodes do.
 func TestRedisKongLayout(t *testing.T) {
 	srv := testservers.Redis(t, testservers.RedisOptions{})

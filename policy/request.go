@@ -55,7 +55,7 @@ type Request struct {
 
 // A Quota is a per-request override of a rate-limiting-advanced plugin's
 // limit and window_size, applied like a legacy consumer-group override
-// (spec §6.2): the counts and windows are the quota's, counted in the
+//: the counts and windows are the quota's, counted in the
 // plugin's namespace under the request's usual key, with the plugin's
 // strategy, penalty, jitter, error code, message and header settings; the
 // response headers name the quota's windows. A legacy consumer-group
@@ -171,10 +171,10 @@ type keySpec struct {
 }
 
 // maxKeyLen caps counter keys, as Kong 3.11+ does; longer keys are
-// replaced by their SHA-256 (spec §2.11).
+// replaced by their SHA-256.
 const maxKeyLen = 256
 
-// key computes the counter key of r (spec §4.2): the compound identifier
+// key computes the counter key of r: the compound identifier
 // when every item has a value (joined with ':'), else the identifier, else
 // the client IP.
 func (k *keySpec) key(r *Request) string {

@@ -14,7 +14,7 @@ import (
 // key.
 const waitingRoomPrefix = "\x00waiting-room\x00"
 
-// wait runs a denied request through the waiting room (spec §2.12). The
+// wait runs a denied request through the waiting room. The
 // behaviour of Kong 3.12+ is documented but its code is not public; the
 // parts marked "inferred" follow the spec's recommended design.
 //

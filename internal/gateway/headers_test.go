@@ -126,7 +126,7 @@ func TestEqualFoldASCII(t *testing.T) {
 
 // TestPluginHeadersAsKong: the rate-limiting headers go on the wire
 // spelled as Kong spells them (RLA's code: "X-RateLimit-Limit-minute",
-// spec §9), not as fasthttp would ("X-Ratelimit-Limit-Minute"), and they
+// docs/kong-compatibility.md), not as fasthttp would ("X-Ratelimit-Limit-Minute"), and they
 // replace the upstream's headers of the same names (any case), as
 // kong.response.set_header does; the upstream's other headers pass.
 func TestPluginHeadersAsKong(t *testing.T) {

@@ -131,8 +131,8 @@ func (in *instance) decision(m *Metrics, outcome string) prometheus.Counter {
 	return c
 }
 
-// rank is Kong Enterprise's plugin precedence with consumer groups (spec
-// §6.4): 1 is the most specific. ok is false for combinations Kong does
+// rank is Kong Enterprise's plugin precedence with consumer groups
+// (docs/gateway.md, Plugins and precedence): 1 is the most specific. ok is false for combinations Kong does
 // not accept.
 func rank(p *kongconf.Plugin) (int, bool) {
 	c, g, r, s := p.Consumer != nil, p.ConsumerGroup != nil, p.Route != nil, p.Service != nil

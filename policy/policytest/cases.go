@@ -153,7 +153,7 @@ func consumer(id, fromIP string) Identity {
 func AdvancedCases() []Case {
 	return []Case{
 		{
-			// Spec §3.2: limits 3/5 s and 5/10 s; after the third request the
+			// Limits 3/5 s and 5/10 s; after the third request the
 			// 5 s window is empty, and the 10 s window keeps showing 2 while
 			// only read.
 			Name:   "two fixed windows, spec example",
@@ -171,7 +171,7 @@ func AdvancedCases() []Case {
 			},
 		},
 		{
-			// Spec §4.2: an anonymous request under identifier consumer is
+			// An anonymous request under identifier consumer is
 			// counted per IP; a consumer is counted apart from its IP.
 			Name:   "consumer identifier falls back to the IP",
 			Config: `{"limit": [1], "window_size": [60], "window_type": "fixed", "namespace": "fallback"}`,
@@ -185,7 +185,7 @@ func AdvancedCases() []Case {
 			},
 		},
 		{
-			// Spec §3.4 and §2.4: hidden headers, custom status and message.
+			// Hidden headers, custom status and message.
 			Name:   "hidden headers and a custom rejection",
 			Config: `{"limit": [1], "window_size": [1], "identifier": "ip", "namespace": "hidden", "hide_client_headers": true, "error_code": 403, "error_message": "slow down"}`,
 			Start:  t0,
@@ -195,7 +195,7 @@ func AdvancedCases() []Case {
 			},
 		},
 		{
-			// Spec §4.2: header identifier, missing header counts by IP.
+			// Header identifier, missing header counts by IP.
 			Name:   "header identifier",
 			Config: `{"limit": [1], "window_size": [60], "identifier": "header", "header_name": "X-Tenant", "namespace": "hdr"}`,
 			Start:  t0,
@@ -208,7 +208,7 @@ func AdvancedCases() []Case {
 			},
 		},
 		{
-			// Spec §4.2: the path identifier counts only the exact path.
+			// The path identifier counts only the exact path.
 			Name:   "path identifier",
 			Config: `{"limit": [1], "window_size": [60], "identifier": "path", "path": "/orders", "namespace": "path"}`,
 			Start:  t0,
@@ -219,7 +219,7 @@ func AdvancedCases() []Case {
 			},
 		},
 		{
-			// Spec §4.2: a compound key with a missing part falls back to
+			// A compound key with a missing part falls back to
 			// the identifier.
 			Name:   "compound identifier",
 			Config: `{"limit": [1], "window_size": [60], "compound_identifier": ["service", "consumer"], "identifier": "ip", "namespace": "compound"}`,
@@ -255,7 +255,7 @@ func AdvancedCases() []Case {
 			},
 		},
 		{
-			// Spec §2.3 worked example: 30 s into a 60 s window the previous
+			// Kong's worked example: 30 s into a 60 s window the previous
 			// window weighs 0.5.
 			Name:   "sliding window weighs the previous window",
 			Config: `{"limit": [10], "window_size": [60], "window_type": "sliding", "identifier": "ip", "namespace": "sliding"}`,

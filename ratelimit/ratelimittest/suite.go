@@ -129,7 +129,7 @@ func Timelines() []Timeline {
 			},
 		},
 		{
-			// Spec §2.3: limit 10/60 s, six hits at t=90 s, one at t=150 s:
+			// Kong's worked example: limit 10/60 s, six hits at t=90 s, one at t=150 s:
 			// rate = 1 + 6 × 30/60 = 4, remaining 6.
 			Name: "Sliding/KongExampleAt150s", Limits: []ratelimit.Limit{ratelimit.PerMinute(10)},
 			Steps: six(Step{At: 150 * sec, Allowed: true, Remaining: []int64{6}}),
