@@ -362,8 +362,8 @@ func TestOnRedisStateReloadFixesAddress(t *testing.T) {
 	}
 }
 
-// With the "kong" Redis layout, counters sit where Kong nodes keep them
-//: one hash per window, "<window_start>:<W>:<namespace>", the
+// With the "kong" Redis layout, counters sit where Kong nodes keep them:
+// one hash per window, "<window_start>:<W>:<namespace>", the
 // identifier as the field. Two sluice nodes share them like Kong nodes do.
 func TestRedisKongLayout(t *testing.T) {
 	srv := testservers.Redis(t, testservers.RedisOptions{})

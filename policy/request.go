@@ -54,8 +54,8 @@ type Request struct {
 }
 
 // A Quota is a per-request override of a rate-limiting-advanced plugin's
-// limit and window_size, applied like a legacy consumer-group override
-//: the counts and windows are the quota's, counted in the
+// limit and window_size, applied like a legacy consumer-group override:
+// the counts and windows are the quota's, counted in the
 // plugin's namespace under the request's usual key, with the plugin's
 // strategy, penalty, jitter, error code, message and header settings; the
 // response headers name the quota's windows. A legacy consumer-group
