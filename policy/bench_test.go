@@ -80,17 +80,7 @@ func BenchmarkStoreTake(b *testing.B) {
 // BenchmarkCheckAppend is BenchmarkCheck with a reused header buffer, as
 // a proxy that keeps one per connection would call it.
 func BenchmarkCheckAppend(b *testing.B) {
-	reg := NewRegistry(RegistryOptions{})
-	defer reg.Close()
-	cfg, err := ParseAdvanced([]byte(`{"limit":[1000,60000],"window_size":[1,60],"namespace":"bench","identifier":"ip"}`))
-	if err != nil {
-		b.Fatal(err)
-	}
-	a, err := NewAdvanced(cfg, reg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer a.Close()
+	a := benchAdvanced(b, RegistryOptions{})
 	ips := benchIPs()
 	ctx := context.Background()
 	now := time.Unix(1_700_000_000, 0)
@@ -104,6 +94,45 @@ func BenchmarkCheckAppend(b *testing.B) {
 			b.Fatalf("result %+v, %v", res, err)
 		}
 	}
+}
+
+// BenchmarkCheckAppendNoTop is BenchmarkCheckAppend without the top-list
+// sketch (RegistryOptions.TopKeys < 0): the difference is the sketch's
+// cost, here at its worst, every call a client the sketch does not hold
+// (10 000 clients, 128 tracked). The loop is repeated, not shared: the
+// instruction counter (bench/instructions.sh) counts inside the
+// benchmark function itself.
+func BenchmarkCheckAppendNoTop(b *testing.B) {
+	a := benchAdvanced(b, RegistryOptions{TopKeys: -1})
+	ips := benchIPs()
+	ctx := context.Background()
+	now := time.Unix(1_700_000_000, 0)
+	buf := make([]Header, 0, 16)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		r := Request{ClientIP: ips[i%benchKeys], Now: now}
+		res, err := a.CheckAppend(ctx, &r, buf[:0])
+		if err != nil || !res.Allowed || len(res.Headers) != 7 || res.Key != ips[i%benchKeys] {
+			b.Fatalf("result %+v, %v", res, err)
+		}
+	}
+}
+
+// benchAdvanced compiles the benchmarks' two-window limiter, closed with b.
+func benchAdvanced(b *testing.B, opts RegistryOptions) *Advanced {
+	reg := NewRegistry(opts)
+	b.Cleanup(func() { _ = reg.Close() })
+	cfg, err := ParseAdvanced([]byte(`{"limit":[1000,60000],"window_size":[1,60],"namespace":"bench","identifier":"ip"}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := NewAdvanced(cfg, reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = a.Close() })
+	return a
 }
 
 // BenchmarkCheckAppendQuota is BenchmarkCheckAppend with every request
@@ -140,4 +169,56 @@ func BenchmarkCheckAppendQuota(b *testing.B) {
 			b.Fatalf("result %+v, %v", res, err)
 		}
 	}
+}
+
+// BenchmarkCheckAppendDenied is a denied check (one client over a limit
+// of one per hour), each one recorded in the top list;
+// BenchmarkCheckAppendDeniedNoTop the same without the sketch.
+func BenchmarkCheckAppendDenied(b *testing.B) {
+	a := benchDenied(b, RegistryOptions{})
+	ctx := context.Background()
+	now := time.Unix(1_700_000_000, 0)
+	buf := make([]Header, 0, 16)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		r := Request{ClientIP: "10.9.9.9", Now: now}
+		if res, err := a.CheckAppend(ctx, &r, buf[:0]); err != nil || res.Allowed {
+			b.Fatalf("result %+v, %v", res, err)
+		}
+	}
+}
+
+func BenchmarkCheckAppendDeniedNoTop(b *testing.B) {
+	a := benchDenied(b, RegistryOptions{TopKeys: -1})
+	ctx := context.Background()
+	now := time.Unix(1_700_000_000, 0)
+	buf := make([]Header, 0, 16)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		r := Request{ClientIP: "10.9.9.9", Now: now}
+		if res, err := a.CheckAppend(ctx, &r, buf[:0]); err != nil || res.Allowed {
+			b.Fatalf("result %+v, %v", res, err)
+		}
+	}
+}
+
+func benchDenied(b *testing.B, opts RegistryOptions) *Advanced {
+	reg := NewRegistry(opts)
+	b.Cleanup(func() { _ = reg.Close() })
+	cfg, err := ParseAdvanced([]byte(`{"limit":[1],"window_size":[3600],"namespace":"bench-denied","identifier":"ip","disable_penalty":true}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	a, err := NewAdvanced(cfg, reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = a.Close() })
+	r := Request{ClientIP: "10.9.9.9", Now: time.Unix(1_700_000_000, 0)}
+	if _, err := a.Check(context.Background(), &r); err != nil {
+		b.Fatal(err)
+	}
+	return a
 }

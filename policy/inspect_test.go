@@ -11,6 +11,7 @@ func TestAdvancedInspectExplainReset(t *testing.T) {
 	ctx := context.Background()
 	reg := newRegistry(t, RegistryOptions{})
 	a := newAdvanced(t, reg, `{"limit":[2],"window_size":[60],"namespace":"ns","identifier":"consumer","strategy":"local"}`)
+	a.top.sample = 1 // count every allowed decision
 	r := &Request{Consumer: Consumer{ID: "c-1"}, ClientIP: "10.0.0.1", Now: at(10 * time.Second)}
 	for i, want := range []bool{true, true, false} {
 		res, err := a.Check(ctx, r)
@@ -68,6 +69,7 @@ func TestBasicInspectExplainReset(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
+	b.top.sample = 1
 	r := &Request{ClientIP: "10.0.0.1", Now: at(10 * time.Second)}
 	for i, want := range []bool{true, true, false} {
 		if res, err := b.Check(ctx, r); err != nil || res.Allowed != want {
@@ -129,7 +131,9 @@ func TestConcurrencyInspectReset(t *testing.T) {
 // The sketch keeps every identifier with more than 1/K of the requests,
 // bounds its memory by K and forgets what is older than a minute.
 func TestTopKeysSketch(t *testing.T) {
+	t.Run("sampled", testTopKeysSampled)
 	tk := NewTopKeys(8)
+	tk.sample = 1
 	now := at(0)
 	for i := range 1000 {
 		tk.Record(now, fmt.Sprint("cold-", i), false) // 1000 distinct, once each
@@ -155,5 +159,22 @@ func TestTopKeysSketch(t *testing.T) {
 	tk.Record(now.Add(59*time.Second), "hot", false)
 	if got := tk.Top(now.Add(59*time.Second), TopByRequests, 1); got[0].Identifier != "hot" || got[0].Requests < 251 {
 		t.Fatalf("59 s later: %+v; want hot with both buckets", got)
+	}
+}
+
+// Allowed decisions are sampled one in 16 with that weight: a client's
+// estimate is near its true count, its denials exact.
+func testTopKeysSampled(t *testing.T) {
+	tk := NewTopKeys(8)
+	now := at(0)
+	for range 16000 {
+		tk.Record(now, "a", false)
+	}
+	for range 100 {
+		tk.Record(now, "a", true)
+	}
+	got := tk.Top(now, TopByDenied, 1)
+	if len(got) != 1 || got[0].Denied != 100 || got[0].Requests < 14100 || got[0].Requests > 18100 {
+		t.Fatalf("top = %+v; want 100 denials exactly and about 16100 requests", got)
 	}
 }

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"cmp"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -17,7 +18,9 @@ import (
 // count (Error). Any identifier with more than 1/K of the requests is
 // always tracked, so the heaviest ones are never missed. Denials are
 // counted beside requests, and an identifier denied often is requested
-// often, so it is tracked too.
+// often, so it is tracked too. Every denial is recorded; allowed
+// decisions are sampled, one in 16 recorded with a weight of 16, so the
+// cost of the usual request stays a random number (docs/benchmarks.md).
 //
 // The last minute is six buckets of ten seconds: a top list sums the
 // current bucket and the five before it. Memory is fixed by K
@@ -30,13 +33,20 @@ const (
 	topBucketLen = 10 * time.Second
 	// DefaultTopKeys is the default RegistryOptions.TopKeys.
 	DefaultTopKeys = 128
+	// topSample is how many allowed decisions one recorded allowed decision
+	// stands for: 1 in topSample is recorded, with that weight, so that the
+	// usual, allowed request pays a random number and nothing else.
+	// Denials are all recorded.
+	topSample = 16
 )
 
 // A TopEntry is one identifier of a top list.
 type TopEntry struct {
 	// Identifier is the counter key, as Inspect and Reset take it.
 	Identifier string `json:"identifier"`
-	// Requests and Denied are the decisions of the last minute.
+	// Requests and Denied are the decisions of the last minute: Denied
+	// counts every denial, Requests adds the allowed decisions estimated
+	// from a one-in-16 sample.
 	Requests int64 `json:"requests"`
 	Denied   int64 `json:"denied"`
 	// Error bounds the overestimate: the true counts are at least
@@ -52,13 +62,17 @@ type TopEntry struct {
 type TopKeys struct {
 	mu      sync.Mutex
 	k       int
+	sample  int64 // topSample; 1 in tests that count exactly
 	buckets [topBuckets]topBucket
 }
 
 type topBucket struct {
 	epoch int64 // Unix time / topBucketLen; 0 for an unused bucket
-	idx   map[string]int32
-	heap  []TopEntry // a min-heap by Requests
+	idx   map[string]*topNode
+	// heap is a min-heap by Requests over nodes, which holds the k
+	// entries: a node knows its place, so moving it writes no map entry.
+	heap  []*topNode
+	nodes []topNode
 }
 
 // NewTopKeys returns a sketch tracking at most k identifiers per ten
@@ -70,58 +84,69 @@ func NewTopKeys(k int) *TopKeys {
 	if k == 0 {
 		k = DefaultTopKeys
 	}
-	return &TopKeys{k: k}
+	return &TopKeys{k: k, sample: topSample}
 }
 
-// Record counts one decision for key at now, denied or not.
+type topNode struct {
+	TopEntry
+	i int
+}
+
+// Record counts one decision for key at now, denied or not. The sketch
+// keeps key as it is: a caller whose key aliases a buffer it reuses
+// (an unsafe conversion) passes a copy.
 func (t *TopKeys) Record(now time.Time, key string, denied bool) {
 	if t == nil {
 		return
 	}
-	epoch := now.UnixNano() / int64(topBucketLen)
-	var d int64
-	if denied {
-		d = 1
+	w, d := int64(1), int64(1)
+	if !denied {
+		if t.sample > 1 && rand.Uint64()%uint64(t.sample) != 0 {
+			return
+		}
+		w, d = t.sample, 0
 	}
+	epoch := now.UnixNano() / int64(topBucketLen)
 	t.mu.Lock()
 	b := &t.buckets[epoch%topBuckets]
 	if b.epoch != epoch {
 		b.epoch = epoch
 		if b.idx == nil {
-			b.idx = make(map[string]int32, t.k)
+			b.idx = make(map[string]*topNode, t.k)
+			b.nodes = make([]topNode, t.k)
+			b.heap = make([]*topNode, 0, t.k)
 		} else {
 			clear(b.idx)
 		}
 		b.heap = b.heap[:0]
 	}
-	if i, ok := b.idx[key]; ok {
-		e := &b.heap[i]
-		e.Requests++
-		e.Denied += d
-		b.down(int(i))
+	if n, ok := b.idx[key]; ok {
+		n.Requests += w
+		n.Denied += d
+		b.down(n.i)
 		t.mu.Unlock()
 		return
 	}
-	key = strings.Clone(key) // it may alias a request buffer
 	if len(b.heap) < t.k {
-		b.heap = append(b.heap, TopEntry{Identifier: key, Requests: 1, Denied: d})
-		b.idx[key] = int32(len(b.heap) - 1)
-		b.up(len(b.heap) - 1)
+		n := &b.nodes[len(b.heap)]
+		*n = topNode{TopEntry{Identifier: key, Requests: w, Denied: d}, len(b.heap)}
+		b.heap = append(b.heap, n)
+		b.idx[key] = n
+		b.up(n.i)
 		t.mu.Unlock()
 		return
 	}
-	min := &b.heap[0]
-	delete(b.idx, min.Identifier)
-	*min = TopEntry{Identifier: key, Requests: min.Requests + 1, Denied: min.Denied + d, Error: min.Requests}
-	b.idx[key] = 0
+	n := b.heap[0]
+	delete(b.idx, n.Identifier)
+	n.TopEntry = TopEntry{Identifier: key, Requests: n.Requests + w, Denied: n.Denied + d, Error: n.Requests}
+	b.idx[key] = n
 	b.down(0)
 	t.mu.Unlock()
 }
 
 func (b *topBucket) swap(i, j int) {
 	b.heap[i], b.heap[j] = b.heap[j], b.heap[i]
-	b.idx[b.heap[i].Identifier] = int32(i)
-	b.idx[b.heap[j].Identifier] = int32(j)
+	b.heap[i].i, b.heap[j].i = i, j
 }
 
 func (b *topBucket) up(i int) {

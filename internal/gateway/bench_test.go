@@ -8,6 +8,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/seed-008287da/sluice/internal/testservers"
+	"github.com/seed-008287da/sluice/policy"
 )
 
 // BenchmarkProxy measures one proxied request over loopback (client,
@@ -92,7 +93,9 @@ services:
 // loop), so that bench/instructions.sh counts the gateway's own work: the
 // route, the plugins, the proxying to a loopback upstream and the log
 // phase with its metrics.
-func handleBench(b *testing.B, path string, want int) {
+func handleBench(b *testing.B, path string, want int) { handleBenchWith(b, path, want, Options{}) }
+
+func handleBenchWith(b *testing.B, path string, want int, opts Options) {
 	uln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -100,7 +103,7 @@ func handleBench(b *testing.B, path string, want int) {
 	upstream := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") }}
 	go func() { _ = upstream.Serve(uln) }()
 	defer upstream.Shutdown()
-	g, err := New(Options{})
+	g, err := New(opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -168,3 +171,17 @@ func BenchmarkHandleAnswered(b *testing.B) { handleBench(b, "/answered", 200) }
 
 // BenchmarkHandleDenied: a request rate-limiting-advanced denies (429).
 func BenchmarkHandleDenied(b *testing.B) { handleBench(b, "/denied", 429) }
+
+// BenchmarkHandleRLANoTop and BenchmarkHandleDeniedNoTop are the two
+// before without the top-list sketch: the difference is its cost.
+func BenchmarkHandleRLANoTop(b *testing.B) {
+	sh := NewShared(policy.RegistryOptions{TopKeys: -1})
+	defer sh.Close()
+	handleBenchWith(b, "/rla", 200, Options{Shared: sh})
+}
+
+func BenchmarkHandleDeniedNoTop(b *testing.B) {
+	sh := NewShared(policy.RegistryOptions{TopKeys: -1})
+	defer sh.Close()
+	handleBenchWith(b, "/denied", 429, Options{Shared: sh})
+}
