@@ -136,6 +136,8 @@ type serveFlags struct {
 	etcdEndpoints    string
 	etcdKey          string
 	maxBody          int
+	headerBuffers    string
+	headerBufSize    string
 	readTimeout      time.Duration
 	idleTimeout      time.Duration
 	upstreamIdle     time.Duration
@@ -222,6 +224,8 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	str(&f.etcdEndpoints, "etcd-endpoints", "", "comma-separated etcd endpoints to read the configuration from")
 	str(&f.etcdKey, "etcd-key", "/sluice/kong.yml", "etcd key holding the configuration")
 	integer(&f.maxBody, "max-body-size", gateway.DefaultMaxRequestBodySize, "largest request body in bytes")
+	str(&f.headerBuffers, "large-client-header-buffers", "4 8k", "number and size of the buffers for a request's line and headers (Kong's nginx_http_large_client_header_buffers): a request line over the size gets 414, a header line over it or a header block over number x size 400")
+	str(&f.headerBufSize, "client-header-buffer-size", "1k", "first buffer for a request's line and headers (Kong's nginx_http_client_header_buffer_size); a request line may be as long as the larger of it and the large buffers' size")
 	dur(&f.readTimeout, "read-timeout", gateway.DefaultReadTimeout, "time to read a request's headers from a client")
 	dur(&f.idleTimeout, "idle-timeout", gateway.DefaultIdleTimeout, "client keep-alive idle timeout")
 	dur(&f.upstreamIdle, "upstream-idle-timeout", gateway.DefaultUpstreamIdleTimeout, "upstream keep-alive idle timeout; keep it below the upstream's")
@@ -238,6 +242,12 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if _, err := gateway.ParseHeaderBuffers(f.headerBuffers); err != nil {
+		return nil, fmt.Errorf("--large-client-header-buffers: %w", err)
+	}
+	if _, err := gateway.ParseNginxSize(f.headerBufSize); err != nil {
+		return nil, fmt.Errorf("--client-header-buffer-size %q: %w", f.headerBufSize, err)
 	}
 	specs, err := gateway.ParseListen(f.proxyListen)
 	if err != nil {
@@ -325,19 +335,23 @@ func serve(ctx context.Context, f *serveFlags, hup <-chan os.Signal, log *slog.L
 	if err != nil {
 		return err
 	}
+	headerBuffers, _ := gateway.ParseHeaderBuffers(f.headerBuffers) // checked by parseServe
+	headerBufSize, _ := gateway.ParseNginxSize(f.headerBufSize)
 	opts := gateway.Options{
-		Metrics:              metrics,
-		ClientIP:             resolver,
-		Logger:               log,
-		AccessLog:            f.accessLog,
-		MaxRequestBodySize:   f.maxBody,
-		ReadTimeout:          f.readTimeout,
-		IdleTimeout:          f.idleTimeout,
-		UpstreamIdleTimeout:  f.upstreamIdle,
-		GroupPolicyOverrides: f.groupOverrides,
-		IgnorePlugins:        splitList(f.ignorePlugins),
-		LookupEnv:            os.LookupEnv,
-		Shared:               gateway.NewShared(policy.RegistryOptions{Logger: log, OnRedisState: metrics.RedisStateChanged, TopKeys: topKeys(f.topKeys)}),
+		HeaderBuffers:          headerBuffers,
+		ClientHeaderBufferSize: headerBufSize,
+		Metrics:                metrics,
+		ClientIP:               resolver,
+		Logger:                 log,
+		AccessLog:              f.accessLog,
+		MaxRequestBodySize:     f.maxBody,
+		ReadTimeout:            f.readTimeout,
+		IdleTimeout:            f.idleTimeout,
+		UpstreamIdleTimeout:    f.upstreamIdle,
+		GroupPolicyOverrides:   f.groupOverrides,
+		IgnorePlugins:          splitList(f.ignorePlugins),
+		LookupEnv:              os.LookupEnv,
+		Shared:                 gateway.NewShared(policy.RegistryOptions{Logger: log, OnRedisState: metrics.RedisStateChanged, TopKeys: topKeys(f.topKeys)}),
 	}
 	defer opts.Shared.Close()
 	if f.sslCert != "" {

@@ -56,11 +56,15 @@ func (b *brokenBody) Read(p []byte) (int, error) {
 // errBodyTooLarge ends a chunked request body over the size limit.
 var errBodyTooLarge = errors.New("gateway: request body too large")
 
-// limitedBody passes at most left bytes of a request body.
+// limitedBody passes at most left bytes of a request body, counting them
+// in read; failed keeps the client's read error (a malformed chunk, a body
+// cut short).
 type limitedBody struct {
 	r        io.Reader
 	left     int64
+	read     int64
 	exceeded bool
+	failed   error
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
@@ -72,6 +76,9 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 			b.exceeded = true
 			return 0, errBodyTooLarge
 		}
+		if err != nil && err != io.EOF {
+			b.failed = err
+		}
 		return 0, err
 	}
 	if int64(len(p)) > b.left {
@@ -79,6 +86,10 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 	}
 	n, err := b.r.Read(p)
 	b.left -= int64(n)
+	b.read += int64(n)
+	if err != nil && err != io.EOF {
+		b.failed = err
+	}
 	return n, err
 }
 

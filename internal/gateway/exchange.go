@@ -100,7 +100,8 @@ type Exchange struct {
 	// upstreamPath and upstreamHost, when set, replace the path and Host
 	// sent upstream (request-transformer's replace.uri and Host header).
 	upstreamPath, upstreamHost *string
-	start                      time.Time // when the request arrived
+	start                      time.Time   // when the request arrived
+	inBody                     limitedBody // the request body as proxied
 }
 
 // newExchange makes an Exchange for the Gateway's pool of them.

@@ -104,6 +104,16 @@ type Options struct {
 	// the upstream's own keep-alive timeout (nginx: 75 s) or requests race
 	// the upstream's close. Zero means DefaultUpstreamIdleTimeout.
 	UpstreamIdleTimeout time.Duration
+	// HeaderBuffers bound request lines and headers as nginx's
+	// large_client_header_buffers does: a request line longer than Size
+	// gets 414, a header line longer than Size 400 (Kong's "Request header
+	// or cookie too large"), and so does a header block over Number ×
+	// Size. The zero value is 4 × 8 KiB, Kong's default.
+	HeaderBuffers HeaderBuffers
+	// ClientHeaderBufferSize is nginx's client_header_buffer_size (Kong's
+	// nginx_http_client_header_buffer_size): a request line may be as long
+	// as the larger of it and HeaderBuffers.Size. Zero means 1 KiB.
+	ClientHeaderBufferSize int
 	// Now returns the time used for decisions; nil means time.Now.
 	Now func() time.Time
 	// LookupEnv resolves the environment references of a configuration:
@@ -198,11 +208,14 @@ type Gateway struct {
 	ownShared bool
 	upstreams sync.Map // upstreamKey -> *fasthttp.HostClient
 	server    *fasthttp.Server
-	inflight  sync.WaitGroup
-	active    atomic.Int64
-	started   time.Time
-	reqSeq    atomic.Uint64
-	exchanges sync.Pool // *Exchange, reused by requests (see Exchange.release)
+	// headerBuffers is Options.HeaderBuffers or its default.
+	headerBuffers HeaderBuffers
+	headerFirst   int // Options.ClientHeaderBufferSize or its default
+	inflight      sync.WaitGroup
+	active        atomic.Int64
+	started       time.Time
+	reqSeq        atomic.Uint64
+	exchanges     sync.Pool // *Exchange, reused by requests (see Exchange.release)
 
 	selfOnce  sync.Once // the generated default certificate
 	selfCert  *tls.Certificate
@@ -305,7 +318,12 @@ func New(opts Options) (*Gateway, error) {
 		}
 		g.ignored[name] = true
 	}
+	g.headerBuffers = opts.HeaderBuffers.orDefault()
+	g.headerFirst = orInt(opts.ClientHeaderBufferSize, 1<<10)
 	g.server = &fasthttp.Server{
+		// The whole header block is read into one buffer; the lines are
+		// held to headerBuffers.Size by checkRequest.
+		ReadBufferSize:        g.headerBuffers.Number*g.headerBuffers.Size + g.headerFirst,
 		Handler:               g.handle,
 		Name:                  "sluice",
 		StreamRequestBody:     true,
@@ -564,7 +582,7 @@ func (g *Gateway) Status() Status {
 // Serve accepts proxy connections on ln until Shutdown. It returns nil
 // after a graceful shutdown.
 func (g *Gateway) Serve(ln net.Listener) error {
-	err := g.server.Serve(ln)
+	err := g.server.Serve(&lfListener{Listener: ln, g: g})
 	if err != nil && !errors.Is(err, net.ErrClosed) {
 		return fmt.Errorf("gateway: serving: %w", err)
 	}
@@ -622,6 +640,18 @@ func (g *Gateway) serverError(ctx *fasthttp.RequestCtx, err error) {
 	case isTimeout(err):
 		status, msg = fasthttp.StatusRequestTimeout, "Request timeout"
 	}
+	var small *fasthttp.ErrSmallBuffer
+	reason := clientBadRequest
+	switch {
+	case status == fasthttp.StatusRequestEntityTooLarge:
+		reason = clientBodyTooLarge
+	case status == fasthttp.StatusRequestTimeout:
+		reason = clientTimeout
+	case errors.As(err, &small):
+		// The header block is over Number × Size: nginx's 494, Kong's 400.
+		msg, reason = "Request header or cookie too large", clientHeaderTooBig
+	}
+	g.clientError(reason)
 	ctx.SetStatusCode(status)
 	ctx.SetContentType("application/json; charset=utf-8")
 	ctx.SetBody(kongErrorBody(msg, ""))

@@ -40,7 +40,14 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		}
 	}()
 
+	if status, msg, reason := g.checkRequest(ctx); status != 0 {
+		x.RespondError(status, msg)
+		ctx.SetConnectionClose()
+		g.clientError(reason)
+		return
+	}
 	if cl := ctx.Request.Header.ContentLength(); cl > g.server.MaxRequestBodySize {
+		g.clientError(clientBodyTooLarge)
 		x.RespondError(fasthttp.StatusRequestEntityTooLarge, "Request size limit exceeded")
 		ctx.SetConnectionClose() // the unread body makes the connection unusable
 		return

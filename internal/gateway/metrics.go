@@ -21,6 +21,7 @@ type Metrics struct {
 	decisions      *prometheus.CounterVec
 	decisionTime   *prometheus.HistogramVec
 	upstreamErrors *prometheus.CounterVec
+	clientErrors   *prometheus.CounterVec
 	inflight       prometheus.Gauge
 	reloads        *prometheus.CounterVec
 	generation     prometheus.Gauge
@@ -74,6 +75,10 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 			Help:    "Time spent in a plugin's access phase.",
 			Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .05, .25},
 		}, []string{"plugin"}),
+		clientErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_client_errors_total",
+			Help: "Requests refused for the client's mistake, by reason (bad_request, bad_header_name, header_too_large, uri_too_long, version_not_supported, method_not_allowed, bad_body, body_too_large, bare_lf, timeout).",
+		}, []string{"reason"}),
 		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_upstream_errors_total",
 			Help: "Failed upstream requests by service and kind (timeout, connect).",
@@ -139,7 +144,7 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 		redisState: map[string]redisState{},
 	}
 	m.noRoute = m.routeMetrics("", "")
-	for _, c := range []prometheus.Collector{m.requestTime, m.upstreamTime, m.bytesIn, m.bytesOut, m.denials, m.redisFallback, m.redisChanges, m.redisFault, m.requests, m.decisions, m.decisionTime, m.upstreamErrors,
+	for _, c := range []prometheus.Collector{m.requestTime, m.upstreamTime, m.bytesIn, m.bytesOut, m.denials, m.redisFallback, m.redisChanges, m.redisFault, m.requests, m.decisions, m.decisionTime, m.upstreamErrors, m.clientErrors,
 		m.inflight, m.reloads, m.generation, m.lastReload, m.storeErrors, m.adminActions,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := reg.Register(c); err != nil {

@@ -22,16 +22,23 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) 
 		// The server keeps its own reference to the stream.
 		ctx.Request.ResetBody()
 	}
-	if ctx.Request.IsBodyStream() && ctx.Request.Header.ContentLength() == -1 {
-		// fasthttp bounds only bodies with a Content-Length when streaming;
-		// a chunked body is cut here. The server loop keeps its own
-		// reference to the original stream and drains it.
+	if cl := ctx.Request.Header.ContentLength(); ctx.Request.IsBodyStream() && (cl < 0 || !bridged(ctx)) {
+		// Read through limitedBody, which tells the client's failures
+		// (a malformed chunk, a body cut short) from the upstream's.
+		// (Replacing the stream closes the old one: an HTTP/2 body with a
+		// length, which net/http checks, is left as it is.) fasthttp
+		// bounds only bodies with a Content-Length when streaming; a
+		// chunked body is cut here. The server loop keeps its own reference
+		// to the original stream and drains it.
 		limit := int64(g.server.MaxRequestBodySize)
-		if x.bodyLimited && x.bodyLimit < limit {
+		if cl >= 0 {
+			limit = int64(cl)
+		} else if x.bodyLimited && x.bodyLimit < limit {
 			limit = x.bodyLimit
 		}
-		limited = &limitedBody{r: ctx.Request.BodyStream(), left: limit}
-		ctx.Request.SetBodyStream(limited, -1)
+		limited = &x.inBody
+		*limited = limitedBody{r: ctx.Request.BodyStream(), left: limit}
+		ctx.Request.SetBodyStream(limited, cl)
 	}
 	g.prepareUpstream(ctx, x, false)
 	uresp := fasthttp.AcquireResponse()
@@ -40,8 +47,8 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) 
 	x.upstreamLatency = time.Since(sent)
 	x.proxyLatency = sent.Sub(start)
 	x.proxied = err == nil
-	if limited != nil {
-		x.chunkedIn = int64(g.server.MaxRequestBodySize) - limited.left
+	if limited != nil && ctx.Request.Header.ContentLength() == -1 {
+		x.chunkedIn = limited.read
 	}
 	if clientClose {
 		defer ctx.SetConnectionClose()
@@ -50,7 +57,16 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) 
 		fasthttp.ReleaseResponse(uresp)
 		if limited != nil && limited.exceeded {
 			ctx.SetConnectionClose()
+			g.clientError(clientBodyTooLarge)
 			x.RespondError(fasthttp.StatusRequestEntityTooLarge, "Request size limit exceeded")
+			return false
+		}
+		if limited != nil && limited.failed != nil {
+			// The client's body was malformed or cut short: nginx's 400.
+			ctx.SetConnectionClose()
+			g.clientError(clientBadBody)
+			g.log.Info("request body unreadable", "request_id", x.RequestID(), "error", limited.failed.Error())
+			x.RespondError(fasthttp.StatusBadRequest, "Bad request")
 			return false
 		}
 		if errors.Is(err, errNoPeer) {
