@@ -339,16 +339,16 @@ services:
     url: http://127.0.0.1:9
     routes: [{name: r, paths: [/]}]
     plugins:
-      - {name: cors, enabled: false}
-      - {name: correlation-id}
+      - {name: zipkin, enabled: false}
+      - {name: datadog}
 `), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	out, err := command(t, "validate", path).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "plugin 'correlation-id' is not implemented by sluice") || strings.Contains(string(out), "'cors'") {
+	if err == nil || !strings.Contains(string(out), "plugin 'datadog' is not implemented by sluice") || strings.Contains(string(out), "'zipkin'") {
 		t.Errorf("without --ignore-plugins: %v\n%s", err, out)
 	}
-	if out, err := command(t, "validate", "--ignore-plugins", "correlation-id", path).CombinedOutput(); err != nil {
+	if out, err := command(t, "validate", "--ignore-plugins", "datadog", path).CombinedOutput(); err != nil {
 		t.Errorf("with --ignore-plugins: %v\n%s", err, out)
 	}
 	out, err = command(t, "validate", "--ignore-plugins", "hmac-auth", path).CombinedOutput()
