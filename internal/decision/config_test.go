@@ -102,6 +102,13 @@ func TestParseErrors(t *testing.T) {
 		{"not yaml", "domain: [", []string{"parsing YAML: yaml: line 1: did not find expected node content"}},
 		{"not a mapping", "- a", []string{"line 1: expected a mapping"}},
 		{"no domains", "algorithm: fixed", []string{"line 1: no domains: give domain and descriptors, or domains"}},
+		// A value of the wrong type is one error at its field, in the
+		// user's words, not followed by checks of the value it lacks.
+		{"key a list", "domain: d\ndescriptors:\n  - key: [1]\n", []string{"line 3: descriptors[0].key: expected a string"}},
+		{"unit a list", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: [1], requests_per_unit: 1}\n",
+			[]string{"line 4: descriptors[0].rate_limit.unit: expected a string"}},
+		{"shadow_mode a list", "domain: d\ndescriptors:\n  - key: a\n    shadow_mode: [1]\n", []string{"line 4: descriptors[0].shadow_mode: expected true or false"}},
+		{"descriptors a mapping", "domain: d\ndescriptors: {a: 1}\n", []string{"line 2: descriptors: expected a list"}},
 		{"envoy file", `
 domain: ""
 descriptors:

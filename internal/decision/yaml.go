@@ -15,10 +15,23 @@ import (
 // reported at once with its path and line, instead of stopping at the first
 // one as yaml.Unmarshal does. YAML null is an absent field.
 type decoder struct {
-	errs []field.Error
+	errs     []field.Error
+	mistyped map[string]bool // paths with a value of the wrong type
 }
 
+// add records an error at path. After a value of the wrong type (a
+// message "expected ..."), nothing more is reported at its field: the
+// checks that follow would only complain that it is empty or invalid.
 func (d *decoder) add(n *yaml.Node, path, format string, args ...any) {
+	if d.mistyped[path] {
+		return
+	}
+	if strings.HasPrefix(format, "expected ") {
+		if d.mistyped == nil {
+			d.mistyped = map[string]bool{}
+		}
+		d.mistyped[path] = true
+	}
 	line := 0
 	if n != nil {
 		line = n.Line
