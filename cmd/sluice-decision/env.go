@@ -179,6 +179,16 @@ func applyEnv(f *flags, fs *flag.FlagSet, set map[string]bool, getenv func(strin
 		return err
 	}
 	f.store = st
+	prefix, hasPrefix := lookup(getenv, "CACHE_KEY_PREFIX")
+	switch {
+	case f.envoyKeys && st == nil:
+		return errors.New("-envoy-key-layout needs REDIS_URL (in a file, set key_layout: envoy under store.redis)")
+	case hasPrefix && (st == nil || !f.envoyKeys):
+		return fmt.Errorf("CACHE_KEY_PREFIX=%q is used only with -envoy-key-layout and REDIS_URL (sluice's own keys are namespaced)", prefix)
+	case st != nil && f.envoyKeys:
+		st.Redis.EnvoyLayout = true
+		st.Redis.KeyPrefix = prefix
+	}
 	for _, u := range unsupportedEnv {
 		v, ok := lookup(getenv, u.env)
 		if !ok || u.accepts(v) {

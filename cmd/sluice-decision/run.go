@@ -56,6 +56,7 @@ type flags struct {
 	localCacheBytes   int
 
 	stopIncrement   bool
+	envoyKeys       bool
 	countDenied     bool
 	statsd          string
 	statsdInterval  time.Duration
@@ -99,6 +100,7 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long in-flight calls may take to finish on shutdown")
 	fs.IntVar(&f.topKeys, "top-keys", 128, "descriptors each domain tracks per 10 seconds for GET /rate-limiting/top (memory: 6 x this many entries per domain); 0 disables the top lists")
 	fs.BoolVar(&f.stopIncrement, "stop-increment-when-over-limit", false, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: count none of a request's descriptors when any would be over its limit")
+	fs.BoolVar(&f.envoyKeys, "envoy-key-layout", false, "with REDIS_URL: keep counters in envoyproxy/ratelimit's Redis keys (CACHE_KEY_PREFIX starts them), so both continue each other's counters")
 	fs.BoolVar(&f.countDenied, "count-denied", false, "count a denied call's hits anyway, as envoyproxy/ratelimit does (default: all or nothing)")
 	fs.StringVar(&f.statsd, "statsd", "", "send envoyproxy/ratelimit's statistics to this statsd UDP `host:port` (USE_STATSD, STATSD_HOST, STATSD_PORT); empty: off")
 	fs.DurationVar(&f.statsdInterval, "statsd-interval", 10*time.Second, "STATS_FLUSH_INTERVAL: how often statistics are sent")

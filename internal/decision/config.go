@@ -241,6 +241,16 @@ type RedisConfig struct {
 	// Timeout bounds every Redis call; past it the decision is made with
 	// local counters. Zero means the store's default, 200 ms.
 	Timeout time.Duration
+	// EnvoyLayout keeps counters in envoyproxy/ratelimit's Redis keys
+	// (<KeyPrefix><domain>_<key>_<value>_..._<window start>), so a fleet
+	// can move from envoyproxy/ratelimit to sluice, or run both, without
+	// counters restarting. It holds fixed windows of one unit only, counts
+	// denied hits as envoyproxy/ratelimit does, and ignores Namespace,
+	// SyncRate and Timeout (see docs/decision-service.md).
+	EnvoyLayout bool
+	// KeyPrefix starts every key of EnvoyLayout (envoyproxy/ratelimit's
+	// CACHE_KEY_PREFIX).
+	KeyPrefix string
 	// ServiceClock decides token buckets and leases with the service's
 	// clock instead of Redis' TIME; Redis' clock (the default) gives every
 	// node of the service one clock for them. Windows follow the service's
@@ -351,6 +361,11 @@ func parse(data []byte) (*Config, []string, []field.Error) {
 	}
 	if n := top.field("check"); n != nil {
 		cfg.Check = d.check("check", n, cfg.Domains)
+	}
+	if cfg.Store.Redis.EnvoyLayout {
+		for i, dom := range cfg.Domains {
+			d.envoyLimits(joinPath(indexPath("domains", i), "descriptors"), dom.Descriptors)
+		}
 	}
 	top.done()
 	seen := map[string]bool{}
@@ -463,6 +478,25 @@ func inFile(name string, e field.Error) field.Error {
 		e.Path = name + ": " + e.Path
 	}
 	return e
+}
+
+// envoyLimits checks that every limit fits envoyproxy/ratelimit's key
+// layout: one fixed-window limit of one unit.
+func (d *decoder) envoyLimits(path string, ds []Descriptor) {
+	for i, desc := range ds {
+		p := indexPath(path, i)
+		if rl := desc.RateLimit; rl != nil && !rl.Unlimited {
+			if len(rl.Limits) > 1 {
+				d.add(nil, joinPath(p, "rate_limit.limits"), "key_layout envoy holds one limit per descriptor")
+			}
+			for _, l := range rl.Limits {
+				if l.Algorithm != ratelimit.FixedWindow || l.Multiplier > 1 {
+					d.add(nil, joinPath(p, "rate_limit"), "key_layout envoy holds fixed windows of one unit only, got %s", l)
+				}
+			}
+		}
+		d.envoyLimits(joinPath(p, "descriptors"), desc.Descriptors)
+	}
 }
 
 func (d *decoder) domain(path string, m *mapping, alg ratelimit.Algorithm) Domain {
@@ -693,6 +727,20 @@ func (d *decoder) redis(path string, n *yaml.Node) RedisConfig {
 	}
 	rc.SyncRate = d.duration(m, path, "sync_rate")
 	rc.Timeout = d.duration(m, path, "timeout")
+	switch l := m.str("key_layout"); l {
+	case "", "sluice":
+	case "envoy":
+		rc.EnvoyLayout = true
+	default:
+		d.add(m.field("key_layout"), joinPath(path, "key_layout"), "unknown key layout %q (want sluice or envoy)", l)
+	}
+	rc.KeyPrefix = m.str("key_prefix")
+	if rc.KeyPrefix != "" && !rc.EnvoyLayout {
+		d.add(m.field("key_prefix"), joinPath(path, "key_prefix"), "only with key_layout envoy")
+	}
+	if rc.EnvoyLayout && rc.SyncRate > 0 {
+		d.add(m.field("sync_rate"), joinPath(path, "sync_rate"), "must be 0 with key_layout envoy (every decision asks Redis)")
+	}
 	switch c := m.str("clock"); c {
 	case "", "redis":
 	case "service":

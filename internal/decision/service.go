@@ -592,13 +592,18 @@ func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now t
 		}
 		if m.rule != nil && !m.rule.unlimited {
 			pending++
+			if rc := g.cfg.Store.Redis; rc.EnvoyLayout {
+				m.key = envoyKey(rc.KeyPrefix, req.GetDomain(), descs[i], m.node)
+			} else {
+				m.key = counterKey(req.GetDomain(), descs[i], m.node)
+			}
 		}
 	}
 
 	if s.stopIncrement && pending > 1 {
 		// STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: when any descriptor
 		// would be over its limit, none is counted.
-		for i, m := range ms {
+		for _, m := range ms {
 			if m.rule == nil || m.rule.unlimited {
 				continue
 			}
@@ -607,7 +612,7 @@ func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now t
 				break
 			}
 			cost := max(m.cost, 1)
-			dec, err := g.store.Take(ctx, ratelimit.Request{Key: counterKey(req.GetDomain(), descs[i], m.node), Limits: m.rule.limits, Cost: cost, Now: now, Peek: true, AllowOnly: true})
+			dec, err := g.store.Take(ctx, ratelimit.Request{Key: m.key, Limits: m.rule.limits, Cost: cost, Now: now, Peek: true, AllowOnly: true})
 			if err != nil {
 				return nil, s.storeFailed(req.GetDomain(), err)
 			}
@@ -713,7 +718,8 @@ type match struct {
 	rule *rule
 	node *node
 	cost int64
-	peek bool // decide without counting
+	peek bool   // decide without counting
+	key  string // the counter's key in the store
 }
 
 func (s *Service) peekAll(ms []match) {
@@ -826,7 +832,7 @@ func (s *Service) check(ctx context.Context, store ratelimit.Store, domain strin
 			DurationUntilReset: durationpb.New(wholeSeconds(untilWindowEnd(spec.Window(), now))),
 		}, overOutcome(r), nil
 	}
-	key := counterKey(domain, d, m.node)
+	key := m.key
 	peek := m.cost == 0 || m.peek
 	cost := m.cost
 	if cost == 0 {

@@ -38,6 +38,9 @@ func (s redisStore) Close() error {
 }
 
 func openRedis(rc RedisConfig, logger *slog.Logger) (ratelimit.Store, error) {
+	if rc.EnvoyLayout {
+		return openEnvoyStore(rc)
+	}
 	c, err := redisstore.Dial(rc.Config)
 	if err != nil {
 		return nil, fmt.Errorf("decision: opening the redis store: %w", err)
