@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -147,4 +148,38 @@ func TestCountersAPI(t *testing.T) {
 func toJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// The counters API is behind the same guard as the rest of the admin
+// API: the token, and no state change from another origin.
+func TestCountersAPIGuarded(t *testing.T) {
+	g, _, _, _ := setup(t, limited)
+	adm := httptest.NewServer(Handler(g, Options{Token: "s3cret"}))
+	defer adm.Close()
+	for _, c := range []struct {
+		method, path, token, origin string
+		want                        int
+	}{
+		{"GET", "/rate-limiting/plugins", "", "", 401},
+		{"GET", "/rate-limiting/top", "wrong", "", 401},
+		{"GET", "/rate-limiting/plugins", "s3cret", "", 200},
+		{"DELETE", "/rate-limiting/plugins/per-consumer/counters/x", "s3cret", "http://evil.example", 403},
+		{"DELETE", "/rate-limiting/plugins/per-consumer/counters/x", "s3cret", "", 204},
+	} {
+		req, _ := http.NewRequest(c.method, adm.URL+c.path, nil)
+		if c.token != "" {
+			req.Header.Set(TokenHeader, c.token)
+		}
+		if c.origin != "" {
+			req.Header.Set("Origin", c.origin)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != c.want {
+			t.Errorf("%s %s (token %q, origin %q): %d, want %d", c.method, c.path, c.token, c.origin, res.StatusCode, c.want)
+		}
+	}
 }
