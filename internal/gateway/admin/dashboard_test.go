@@ -17,6 +17,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/seed-008287da/sluice/internal/gateway"
+	"github.com/seed-008287da/sluice/internal/testservers"
 )
 
 var screenshot = flag.String("dashboard-screenshot", "", "write a PNG of the dashboard to this file (docs/dashboard.png)")
@@ -37,6 +38,13 @@ services:
             config: {limit: [2], window_size: [60], window_type: fixed, identifier: ip, strategy: local, namespace: dash}
       - name: open
         paths: [/open]
+      - name: shared
+        paths: [/shared]
+        plugins:
+          - name: rate-limiting-advanced
+            instance_name: shared-per-ip
+            config: {limit: [1000], window_size: [60], identifier: ip, strategy: redis, sync_rate: 0.1, namespace: dash-redis,
+                     redis: {host: 127.0.0.1, port: REDIS_PORT}}
 `
 
 // TestDashboardInChromium loads the dashboard in a real headless
@@ -55,6 +63,9 @@ func TestDashboardInChromium(t *testing.T) {
 		}
 		res.Body.Close()
 		return res.StatusCode
+	}
+	if s := get("/shared"); s != 200 {
+		t.Fatalf("shared: %d", s)
 	}
 	for i, want := range []int{200, 200, 429, 429, 429} {
 		if s := get("/limited"); s != want {
@@ -85,7 +96,7 @@ func TestDashboardInChromium(t *testing.T) {
 		return strings.Join(problems, "\n")
 	}
 
-	resetButton := chromedp.CSS(`#top-table button.reset[data-identifier="127.0.0.1"]`)
+	resetButton := chromedp.CSS(`#top-table button.reset[data-instance="per-ip"][data-identifier="127.0.0.1"]`)
 	if err := chromedp.Do(ctx,
 		chromedp.Navigate(adminURL+"/dashboard"),
 		chromedp.WaitVisible(chromedp.CSS("#token-form")),
@@ -99,7 +110,7 @@ func TestDashboardInChromium(t *testing.T) {
 	if err != nil || tokenType.Value != "password" {
 		t.Errorf("token input type %+v %v", tokenType, err)
 	}
-	identifier, err := textOf(ctx, "#top-table td.identifier")
+	identifier, err := textOf(ctx, "#top-table tr:has(button[data-instance=\"per-ip\"]) td.identifier")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,6 +120,17 @@ func TestDashboardInChromium(t *testing.T) {
 	}
 	if identifier != "127.0.0.1" || deniedTotal != "3" {
 		t.Errorf("dashboard shows identifier %q with %q denials, want 127.0.0.1 and 3", identifier, deniedTotal)
+	}
+	// The periodic Redis namespace, connected, with its sync lag.
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.Search(`//table[@id="redis-table"]//td[text()="dash-redis"]/following-sibling::td[text()="connected"]`))); err != nil {
+		t.Fatalf("redis table: %v (console: %s)", err, console())
+	}
+	redisRow, err := textOf(ctx, "#redis-table tbody tr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(redisRow, "100 ms") || !strings.Contains(redisRow, "requests") {
+		t.Errorf("redis row %q, want sync_rate 100 ms and an accuracy budget", redisRow)
 	}
 	// A rejected reload appears in the history with its error.
 	if err := g.Load([]byte("_format_version: \"3.0\"\nservices: [{name: broken, url: 'not a url'}]\n"), "admin"); err == nil {
@@ -137,10 +159,10 @@ func TestDashboardInChromium(t *testing.T) {
 	// finding the button and a click by coordinates.
 	if err := chromedp.Do(ctx,
 		chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
-			_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(document.querySelector('#top-table button.reset[data-identifier="127.0.0.1"]').click(), true)`))
+			_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`(document.querySelector('#top-table button.reset[data-instance="per-ip"][data-identifier="127.0.0.1"]').click(), true)`))
 			return err
 		}),
-		chromedp.WaitVisible(chromedp.Search(`//button[@data-identifier="127.0.0.1" and text()="Reset done"]`)),
+		chromedp.WaitVisible(chromedp.Search(`//button[@data-instance="per-ip" and @data-identifier="127.0.0.1" and text()="Reset done"]`)),
 	); err != nil {
 		t.Fatalf("reset: %v (console: %s)", err, console())
 	}
@@ -218,7 +240,9 @@ func dashboardSetup(t *testing.T, token string) (g *gateway.Gateway, proxy, admi
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Load([]byte(strings.ReplaceAll(dashboardConfig, "UPSTREAM", "http://"+uln.Addr().String())), "test"); err != nil {
+	rs := testservers.Redis(t, testservers.RedisOptions{})
+	cfg := strings.NewReplacer("UPSTREAM", "http://"+uln.Addr().String(), "REDIS_PORT", strconv.Itoa(rs.Port())).Replace(dashboardConfig)
+	if err := g.Load([]byte(cfg), "test"); err != nil {
 		t.Fatal(err)
 	}
 	pln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -321,6 +345,7 @@ func takeScreenshot(t *testing.T, ctx context.Context, get func(string) int) {
 		for range 20 {
 			get("/open")
 		}
+		get("/shared")
 		get("/limited")
 		if n, err = polls(ctx); err != nil {
 			t.Fatal(err)

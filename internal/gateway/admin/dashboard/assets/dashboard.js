@@ -231,6 +231,7 @@
         b.type = "button";
         b.dataset.plugin = p.id;
         b.dataset.identifier = e.identifier;
+        b.dataset.instance = p.instance_name || "";
         b.addEventListener("click", () => reset(b, p.id, e.identifier));
         const id = text("td", e.identifier, "identifier");
         rows.push([p.instance_name || p.name + " " + p.id.slice(0, 8), id, e.denied, e.requests, b]);
@@ -248,9 +249,14 @@
     for (const s of data.metrics.sluice_redis_sync_lag_seconds || []) at(s.labels.namespace).lag = s.value;
     for (const s of data.metrics.sluice_redis_sync_interval_seconds || []) at(s.labels.namespace).interval = s.value;
     for (const s of data.metrics.sluice_redis_sync_accuracy_budget || []) at(s.labels.namespace).budget = s.value;
+    // A namespace that never fell back has no fallback series: its
+    // instances' stores say how it is.
+    for (const p of plugins.data || []) {
+      if (p.strategy === "redis" && p.store && p.store.state) at(p.namespace || "").store = p.store.state;
+    }
     fillTable("redis-table", [...ns.keys()].sort().map((k) => {
       const v = ns.get(k);
-      const state = v.fallback === undefined ? "-" : v.fallback > 0 ? "fallback" : "connected";
+      const state = v.fallback !== undefined ? (v.fallback > 0 ? "fallback" : "connected") : v.store || "-";
       return [k, text("td", state, "state-" + state), v.fault || "", v.fallbacks || 0,
         v.lag === undefined ? "-" : seconds(v.lag), v.interval === undefined ? "-" : seconds(v.interval),
         v.budget === undefined ? "-" : fmt(v.budget) + " requests"];
