@@ -251,7 +251,13 @@ type upstreamTrust struct {
 // that keep the certificates, and a rotated certificate gets new
 // connections.
 func (g *Gateway) trustKey(svc *kongconf.Service) string {
-	if len(svc.CACertificates) == 0 && svc.ClientCertificate == nil {
+	return g.trustKeyFor(svc, svc.ClientCertificate)
+}
+
+// trustKeyFor is trustKey with the client certificate given: the
+// service's, else its upstream's.
+func (g *Gateway) trustKeyFor(svc *kongconf.Service, client *kongconf.Certificate) string {
+	if len(svc.CACertificates) == 0 && client == nil {
 		return ""
 	}
 	var b strings.Builder
@@ -263,7 +269,7 @@ func (g *Gateway) trustKey(svc *kongconf.Service) string {
 			tr.roots.AddCert(c.X509)
 		}
 	}
-	if cc := svc.ClientCertificate; cc != nil && len(cc.Pairs) > 0 {
+	if cc := client; cc != nil && len(cc.Pairs) > 0 {
 		sum := sha256.Sum256([]byte(cc.Cert + "\x00" + cc.Key))
 		b.WriteString("|" + hex.EncodeToString(sum[:]))
 		tr.client = cc.Pairs[:1]

@@ -416,7 +416,7 @@ func TestServiceCACertificatesAndClientCertificate(t *testing.T) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	caPEM := string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ca.cert.Raw}))
-	cfg := func(trust string) string {
+	cfg := func(trust, upTrust string) string {
 		return fmt.Sprintf(`_format_version: "3.0"
 services:
 - name: s
@@ -426,7 +426,7 @@ services:
 upstreams:
 - name: secure.up
   host_header: up.test
-  targets: [{target: "%s"}]
+%s  targets: [{target: "%s"}]
 ca_certificates:
 - id: 3b6a2cc4-0a4f-4bd1-9a38-4a53cf7a1b9e
   cert: |
@@ -437,13 +437,22 @@ certificates:
 %s
   key: |
 %s
-`, trust, ln.Addr().String(), indent(caPEM, "    "), indent(cC, "    "), indent(cK, "    "))
+`, trust, upTrust, ln.Addr().String(), indent(caPEM, "    "), indent(cC, "    "), indent(cK, "    "))
 	}
-	_, base := startGateway(t, cfg("  ca_certificates: [3b6a2cc4-0a4f-4bd1-9a38-4a53cf7a1b9e]\n  client_certificate: {id: 7d3f6f8e-3c1b-4c53-8f0e-1f2a3b4c5d6e}\n"), Options{})
+	const cas, client = "  ca_certificates: [3b6a2cc4-0a4f-4bd1-9a38-4a53cf7a1b9e]\n", "  client_certificate: {id: 7d3f6f8e-3c1b-4c53-8f0e-1f2a3b4c5d6e}\n"
+	_, base := startGateway(t, cfg(cas+client, ""), Options{})
 	if r := do(t, "GET", base+"/", nil); r.status != 200 || r.body != "client sluice-client" {
 		t.Errorf("with ca_certificates and client_certificate: %d %q", r.status, r.body)
 	}
-	_, base = startGateway(t, cfg(""), Options{})
+	_, base = startGateway(t, cfg(cas, client), Options{})
+	if r := do(t, "GET", base+"/", nil); r.status != 200 || r.body != "client sluice-client" {
+		t.Errorf("with the upstream's client_certificate: %d %q", r.status, r.body)
+	}
+	_, base = startGateway(t, cfg(cas, ""), Options{})
+	if r := do(t, "GET", base+"/", nil); r.status != 502 {
+		t.Errorf("without a client certificate: %d %q, want 502", r.status, r.body)
+	}
+	_, base = startGateway(t, cfg("", ""), Options{})
 	if r := do(t, "GET", base+"/", nil); r.status != 502 {
 		t.Errorf("without ca_certificates (system roots): %d %q, want 502", r.status, r.body)
 	}

@@ -28,6 +28,11 @@ func (g *Gateway) doUpstream(ctx *fasthttp.RequestCtx, x *Exchange, uresp *fasth
 	}
 	up := b.up
 	key, cookie := hashKey(up, x)
+	client := svc.ClientCertificate
+	if client == nil {
+		client = up.ClientCertificate
+	}
+	trust := g.trustKeyFor(svc, client)
 	var triedBuf [4]*target
 	tried := triedBuf[:0]
 	var err error
@@ -55,7 +60,7 @@ func (g *Gateway) doUpstream(ctx *fasthttp.RequestCtx, x *Exchange, uresp *fasth
 			sni = up.HostHeader
 		}
 		hc := g.upstreamForKey(upstreamKey{addr: t.addr, tls: svc.Protocol == "https", verify: svc.TLSVerify, sni: sni,
-			connect: svc.ConnectTimeout, read: svc.ReadTimeout, write: svc.WriteTimeout, retries: 1, trust: g.trustKey(svc)})
+			connect: svc.ConnectTimeout, read: svc.ReadTimeout, write: svc.WriteTimeout, retries: 1, trust: trust})
 		t.active.Add(1)
 		sent := time.Now()
 		err = hc.Do(&ctx.Request, uresp)

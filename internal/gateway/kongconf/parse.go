@@ -127,6 +127,7 @@ type parser struct {
 	sniRefs        []pendingSNI
 	serviceTLSRefs []pendingServiceTLS
 	targetRefs     []pendingTarget
+	upClientRefs   []pendingRef[*Upstream]
 	// generated holds the ids the parser derived (not configured); only
 	// configured ids must be unique, derived ones follow their names.
 	generated map[string]bool

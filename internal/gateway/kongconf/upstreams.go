@@ -26,10 +26,13 @@ type Upstream struct {
 	HashOnURICapture, HashFallbackURICapture string
 	Slots                                    int
 	HostHeader                               string
-	Healthchecks                             Healthchecks
-	Targets                                  []*Target
-	Tags                                     []string
-	Where                                    string
+	// ClientCertificate is presented to targets over https (mutual TLS)
+	// when the service sets none of its own.
+	ClientCertificate *Certificate
+	Healthchecks      Healthchecks
+	Targets           []*Target
+	Tags              []string
+	Where             string
 }
 
 // Healthchecks are an upstream's active and passive health checks.
@@ -163,10 +166,9 @@ func (p *parser) upstream(v any, path string) {
 	if u.HostHeader != "" && !validHost(strings.ToLower(u.HostHeader)) {
 		p.errs.add(o.field("host_header"), "invalid hostname %q", u.HostHeader)
 	}
-	if o.has("client_certificate") {
-		p.errs.add(o.field("client_certificate"), "not supported by sluice: upstream mutual TLS is not implemented")
+	if ref := o.ref("client_certificate"); ref != "" {
+		p.upClientRefs = append(p.upClientRefs, pendingRef[*Upstream]{u, ref, o.field("client_certificate")})
 	}
-	o.get("client_certificate")
 	if o.boolean("use_srv_name", false) {
 		p.errs.add(o.field("use_srv_name"), "not supported by sluice: DNS SRV targets are not resolved")
 	}
@@ -494,6 +496,15 @@ func (p *parser) resolveUpstreams() {
 				t.ID = p.genID("target", u.Name+"\x00"+t.Target)
 			}
 		}
+	}
+	certs := byRef(p.cfg.Certificates, func(c *Certificate) (string, string) { return c.ID, "" })
+	for _, r := range p.upClientRefs {
+		c, ok := certs[r.ref]
+		if !ok {
+			p.errs.add(r.path, "no certificate with id %q", r.ref)
+			continue
+		}
+		r.ent.ClientCertificate = c
 	}
 	byName := map[string]*Upstream{}
 	for _, u := range p.cfg.Upstreams {
