@@ -40,8 +40,31 @@ func command(t *testing.T, args ...string) *exec.Cmd {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(exe, args...)
-	cmd.Env = append(os.Environ(), "SLUICE_DECISION_TEST_MAIN=1")
+	cmd.Env = append(hermeticEnv(), "SLUICE_DECISION_TEST_MAIN=1")
 	return cmd
+}
+
+// hermeticEnv is the test's environment without the envoyproxy/ratelimit
+// variables the binary reads, so a machine's own PORT or LOG_LEVEL cannot
+// change what a test runs.
+func hermeticEnv() []string {
+	read := map[string]bool{"HOST": true, "PORT": true, "GRPC_HOST": true, "GRPC_PORT": true, "GRPC_UDS": true, "DEBUG_HOST": true,
+		"DEBUG_PORT": true, "LOG_LEVEL": true, "BACKEND_TYPE": true, "DISABLE_STATS": true, "USE_STATSD": true, "STATSD_HOST": true,
+		"STATSD_PORT": true, "CACHE_KEY_PREFIX": true}
+	for _, e := range envFlags {
+		read[e.env] = true
+	}
+	for _, u := range unsupportedEnv {
+		read[u.env] = true
+	}
+	var out []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !read[name] && !strings.HasPrefix(name, "REDIS_") && !strings.HasPrefix(name, "RUNTIME_") && !strings.HasPrefix(name, "GRPC_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 func writeFile(t *testing.T, path, data string) {
