@@ -81,7 +81,7 @@ func overshoot(addr string, syncRate time.Duration, paced bool, ns string) ([]in
 	limits := []ratelimit.Limit{ratelimit.Every(overshootLimit, time.Second).Fixed()}
 	stores := make([]*redisstore.Store, overshootNodes)
 	for i := range stores {
-		c, err := redisstore.Dial(redisstore.Config{Host: host, Port: port})
+		c, err := redisstore.NewClient(redisstore.Config{Host: host, Port: port})
 		if err != nil {
 			return nil, fmt.Errorf("dialling redis: %w", err)
 		}

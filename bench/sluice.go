@@ -81,7 +81,7 @@ func sluiceRedis(syncRate time.Duration) func(addr string, callers int, count in
 		if err := ratelimit.ValidateLimits(limits); err != nil {
 			return RedisInstance{}, err
 		}
-		c, err := redisstore.Dial(redisstore.Config{Host: host, Port: port})
+		c, err := redisstore.NewClient(redisstore.Config{Host: host, Port: port})
 		if err != nil {
 			return RedisInstance{}, fmt.Errorf("bench: dialling redis: %w", err)
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/seed-008287da/sluice/ratelimit"
 	"github.com/seed-008287da/sluice/ratelimit/memorystore"
+	"github.com/seed-008287da/sluice/ratelimit/redisstore"
 )
 
 // Seeing and controlling who is limited: what an instance is (Info), the
@@ -127,22 +128,21 @@ type Explanation struct {
 	Status int `json:"status,omitempty"`
 }
 
-// storeState reports the state of s on this node.
-func storeState(s Store) StoreState {
+// storeState reports the state of s, the store of k, on this node.
+func (r *Registry) storeState(k storeKey, s Store) StoreState {
+	r.mu.Lock()
+	var health *redisHealth
+	if e := r.stores[k]; e != nil && e.store == s {
+		health = e.health
+	}
+	r.mu.Unlock()
 	switch st := s.(type) {
-	case sharedRedisStore:
-		out := st.health.state()
-		out.Counters = st.Stats().Keys
-		return out
-	case *dialingStore:
-		out := st.health.state()
-		switch cur := st.current().(type) {
-		case sharedRedisStore:
-			out.Counters = cur.Stats().Keys
-		case *memorystore.Store:
-			out.Counters = cur.Len()
+	case *redisstore.Store:
+		if health != nil {
+			out := health.state()
+			out.Counters = st.Stats().Keys
+			return out
 		}
-		return out
 	case *memorystore.Store:
 		return StoreState{State: "local", Counters: st.Len()}
 	}
@@ -161,9 +161,6 @@ func (h *redisHealth) state() StoreState {
 
 // inspector returns the store as an Inspector.
 func inspector(s Store) (ratelimit.Inspector, error) {
-	if d, ok := s.(*dialingStore); ok {
-		s = d.current()
-	}
 	in, ok := s.(ratelimit.Inspector)
 	if !ok {
 		return nil, ErrNotInspectable
@@ -224,7 +221,7 @@ func planNames(p *plan) []string {
 // Info describes the instance.
 func (a *Advanced) Info() Info {
 	in := Info{Namespace: a.namespace, Strategy: a.strategy, SyncRate: a.syncRate, WindowType: WindowSliding,
-		Identifier: a.identifierName(), Store: storeState(a.store)}
+		Identifier: a.identifierName(), Store: a.reg.storeState(a.storeKey, a.store)}
 	if a.base.fixed {
 		in.WindowType = WindowFixed
 	}
@@ -332,7 +329,7 @@ func (a *Advanced) Top(now time.Time, by TopBy, n int) []TopEntry { return a.top
 func (b *Basic) Info() Info {
 	sr := b.syncRate
 	in := Info{Namespace: basicNamespace, Strategy: b.policy, SyncRate: &sr, WindowType: WindowFixed,
-		Identifier: string(b.keys.id), Store: storeState(b.store.(Store))}
+		Identifier: string(b.keys.id), Store: b.reg.storeState(b.storeKey, b.store.(Store))}
 	for _, p := range b.all {
 		in.Limits = append(in.Limits, LimitInfo{Limit: p.limit, Window: int64(p.len / time.Second), Name: p.name})
 	}
@@ -436,7 +433,7 @@ func (b *Basic) Top(now time.Time, by TopBy, n int) []TopEntry { return b.top.To
 // Info describes the instance.
 func (c *Concurrency) Info() Info {
 	return Info{Namespace: c.key.namespace, Strategy: c.strategy, Identifier: string(c.ident),
-		Limits: []LimitInfo{{Limit: c.max}}, Store: storeState(c.store)}
+		Limits: []LimitInfo{{Limit: c.max}}, Store: c.reg.storeState(c.key, c.store)}
 }
 
 // leaseKey is the lease key of an identifier value.
@@ -445,9 +442,6 @@ func (c *Concurrency) leaseKey(identifier string) string {
 }
 
 func leaseInspector(s Store) (ratelimit.LeaseInspector, error) {
-	if d, ok := s.(*dialingStore); ok {
-		s = d.current()
-	}
 	in, ok := s.(ratelimit.LeaseInspector)
 	if !ok {
 		return nil, ErrNotInspectable

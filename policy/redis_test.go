@@ -9,6 +9,7 @@ import (
 
 	"github.com/seed-008287da/sluice/internal/testservers"
 	"github.com/seed-008287da/sluice/ratelimit"
+	"github.com/seed-008287da/sluice/ratelimit/redisstore"
 )
 
 // Tests decide with the caller's clock and give Redis calls time on a
@@ -103,19 +104,20 @@ func TestRedisTLS(t *testing.T) {
 	a := newAdvanced(t, reg, tlsCfg("localhost"))
 	runCalls(t, a, []call{{t: 0, allowed: true}, {t: time.Second, allowed: false}})
 
-	if _, ok := a.store.(sharedRedisStore); !ok {
+	if st, ok := a.store.(*redisstore.Store); !ok || st.Stats().State != redisstore.StateConnected {
 		t.Errorf("store %T, want a connected redis store", a.store)
 	}
 	// The wrong name fails verification: the namespace counts locally.
 	b := newAdvanced(t, reg, tlsCfg("not-the-server"))
-	if _, ok := b.store.(*dialingStore); !ok {
-		t.Errorf("store %T with a wrong server name, want a local fallback", b.store)
+	runCalls(t, b, []call{{t: 0, allowed: true}, {t: time.Second / 2, allowed: false}})
+	if st, ok := b.store.(*redisstore.Store); !ok || st.Stats().State == redisstore.StateConnected || st.Stats().LocalDecisions != 2 {
+		t.Errorf("store %T with a wrong server name, want one counting locally", b.store)
 	}
 }
 
 // A Redis that does not answer when the config is compiled: the namespace
-// counts locally, then moves to Redis once it answers (a fresh Redis: the
-// local count is not carried over, as in Kong).
+// counts locally from its first call, then moves to Redis once it answers
+// (a fresh Redis: the local count is not carried over, as in Kong).
 func TestRedisUnreachableAtStart(t *testing.T) {
 	srv := testservers.Redis(t, testservers.RedisOptions{})
 	srv.Stop()
@@ -123,17 +125,9 @@ func TestRedisUnreachableAtStart(t *testing.T) {
 	a := newAdvanced(t, reg, `{"limit":[100],"window_size":[3600],"window_type":"fixed","namespace":"late","identifier":"ip","strategy":"redis","sync_rate":0,`+redisConfigJSON(srv)+`}`)
 	runCalls(t, a, []call{{t: 0, allowed: true, headers: want{"X-RateLimit-Remaining-hour": "99"}}})
 
-	ds, ok := a.store.(*dialingStore)
-	if !ok {
-		t.Fatalf("store %T, want a dialing store", a.store)
-	}
-
+	// The breaker's cool-down (1 s on the decisions' clock) has passed at
+	// the next call: it connects.
 	srv.Restart(t)
-	select {
-	case <-ds.connected:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the namespace never moved to redis")
-	}
 	runCalls(t, a, []call{{t: time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-hour": "99"}}})
 	if n, ok := srv.Do(t, "DBSIZE").(int64); !ok || n == 0 {
 		t.Errorf("redis holds %v keys after a decision, want some", srv.Do(t, "DBSIZE"))
@@ -261,8 +255,10 @@ func TestOnRedisStateAcrossRestart(t *testing.T) {
 	}
 }
 
-// A Redis unreachable when the config is compiled is reported degraded at
-// once, and not degraded when the namespace's redial connects.
+// A Redis unreachable when the config is compiled: compiling reports
+// nothing (the store connects on its first call), the first call reports
+// the namespace degraded, and the first call after Redis answers reports
+// it not degraded.
 func TestOnRedisStateUnreachableAtCompile(t *testing.T) {
 	srv := testservers.Redis(t, testservers.RedisOptions{})
 	srv.Stop()
@@ -271,18 +267,27 @@ func TestOnRedisStateUnreachableAtCompile(t *testing.T) {
 		`{"limit":[10],"window_size":[60],"namespace":"late","identifier":"ip","strategy":"redis","sync_rate":0,`+redisConfigJSON(srv)+`}`)
 	select {
 	case ev := <-ch:
+		t.Fatalf("at compile: %+v, want nothing before the first call", ev)
+	default:
+	}
+	runCalls(t, a, []call{{t: 0, allowed: true}})
+	select {
+	case ev := <-ch:
 		if ev.namespace != "late" || !ev.degraded || ev.err == nil {
-			t.Fatalf("at compile: %+v, want late degraded with an error", ev)
+			t.Fatalf("at the first call: %+v, want late degraded with an error", ev)
 		}
 	default:
-		t.Fatal("no OnRedisState call for a redis unreachable at compile")
+		t.Fatal("no OnRedisState call for a redis unreachable at the first call")
 	}
 	srv.Restart(t)
-	if ev := nextRedisState(t, ch, func() { <-time.After(10 * time.Millisecond) }); ev.namespace != "late" || ev.degraded {
-		t.Fatalf("after the redial: %+v, want late not degraded", ev)
-	}
-	if _, ok := a.store.(*dialingStore); !ok {
-		t.Fatalf("store %T, want a dialing store", a.store)
+	runCalls(t, a, []call{{t: time.Second, allowed: true}})
+	select {
+	case ev := <-ch:
+		if ev.namespace != "late" || ev.degraded {
+			t.Fatalf("once redis answers: %+v, want late not degraded", ev)
+		}
+	default:
+		t.Fatal("no OnRedisState call once redis answers")
 	}
 }
 
@@ -339,6 +344,7 @@ func TestOnRedisStateReloadFixesAddress(t *testing.T) {
 		return `{"limit":[10],"window_size":[60],"namespace":"moved","identifier":"ip","strategy":"redis","sync_rate":0,` + redisConfigJSON(s) + `}`
 	}
 	old := newAdvanced(t, reg, cfg(gone))
+	runCalls(t, old, []call{{t: 0, allowed: true}})
 	if ev := <-ch; ev.namespace != "moved" || !ev.degraded {
 		t.Fatalf("wrong address: %+v, want moved degraded", ev)
 	}

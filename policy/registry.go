@@ -74,9 +74,9 @@ type RegistryOptions struct {
 	Logger *slog.Logger
 	// OnRedisState, when set, is called once per change of a namespace's
 	// Redis state, in order: degraded true, with the cause, when the
-	// namespace starts counting locally because Redis does not answer (at
-	// compile time, when the first dial fails, or later, when a call
-	// fails); degraded false when Redis answers again. While degraded, a
+	// namespace starts counting locally because Redis does not answer (a
+	// store connects on its first call, so a Redis down at start is
+	// reported by that call); degraded false when Redis answers again. While degraded, a
 	// new cause (Redis down, then up but refusing the password: see
 	// redisstore.Classify) is reported again with degraded true. Probing a
 	// failed Redis for the same cause is not a change. A namespace is degraded while any of its
@@ -133,6 +133,20 @@ type storeKey struct {
 type storeEntry struct {
 	store Store
 	refs  int
+	// health follows a default Redis store's state; nil for other stores.
+	health *redisHealth
+	// release, when not nil, gives back what the store borrowed from the
+	// Registry (a shared Redis client) once the store is closed.
+	release func()
+}
+
+// closeEntry closes e's store and gives back what it borrowed.
+func closeEntry(e *storeEntry) error {
+	err := e.store.Close()
+	if e.release != nil {
+		e.release()
+	}
+	return err
 }
 
 // NewRegistry returns an empty Registry.
@@ -147,8 +161,9 @@ func NewRegistry(opts RegistryOptions) *Registry {
 }
 
 // acquire returns the store for key, building it with build on first use,
-// and takes a reference that release gives back.
-func (r *Registry) acquire(k storeKey, build func() (Store, error)) (Store, error) {
+// and takes a reference that release gives back. build returns the entry
+// of the new store with no reference.
+func (r *Registry) acquire(k storeKey, build func() (*storeEntry, error)) (Store, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -158,12 +173,13 @@ func (r *Registry) acquire(k storeKey, build func() (Store, error)) (Store, erro
 		e.refs++
 		return e.store, nil
 	}
-	s, err := build()
+	e, err := build()
 	if err != nil {
 		return nil, err
 	}
-	r.stores[k] = &storeEntry{store: s, refs: 1}
-	return s, nil
+	e.refs = 1
+	r.stores[k] = e
+	return e.store, nil
 }
 
 // release gives back a reference; the store is closed with the last one.
@@ -182,7 +198,7 @@ func (r *Registry) release(k storeKey) error {
 	delete(r.stores, k)
 	r.mu.Unlock()
 	r.pins.dropNamespace(k.namespace)
-	if err := e.store.Close(); err != nil {
+	if err := closeEntry(e); err != nil {
 		return fmt.Errorf("policy: closing store of namespace %q: %w", k.namespace, err)
 	}
 	return nil
@@ -202,7 +218,7 @@ func (r *Registry) Close() error {
 	r.mu.Unlock()
 	var errs []error
 	for k, e := range stores {
-		if err := e.store.Close(); err != nil {
+		if err := closeEntry(e); err != nil {
 			errs = append(errs, fmt.Errorf("policy: closing store of namespace %q: %w", k.namespace, err))
 		}
 	}
@@ -224,19 +240,22 @@ func (r *Registry) storeFor(strategy string, cfg RedisStoreConfig) (storeKey, St
 	switch strategy {
 	case StrategyLocal, StrategyCluster:
 		k := storeKey{namespace: namespace, backend: StrategyLocal}
-		s, err := r.acquire(k, func() (Store, error) {
+		s, err := r.acquire(k, func() (*storeEntry, error) {
+			newStore := newDefaultLocalStore
 			if r.opts.NewLocalStore != nil {
-				return r.opts.NewLocalStore(namespace)
+				newStore = r.opts.NewLocalStore
 			}
-			return newDefaultLocalStore(namespace)
+			s, err := newStore(namespace)
+			return &storeEntry{store: s}, err
 		})
 		return k, s, err
 	case StrategyRedis:
 		k := storeKey{namespace: namespace, backend: "redis " + redisFingerprint(&cfg.Redis) +
 			" sync " + strconv.FormatFloat(cfg.SyncRate, 'g', -1, 64) + " kong " + strconv.FormatBool(cfg.KongLayout)}
-		s, err := r.acquire(k, func() (Store, error) {
+		s, err := r.acquire(k, func() (*storeEntry, error) {
 			if r.opts.NewRedisStore != nil {
-				return r.opts.NewRedisStore(cfg)
+				s, err := r.opts.NewRedisStore(cfg)
+				return &storeEntry{store: s}, err
 			}
 			return r.newDefaultRedisStore(cfg)
 		})

@@ -1,15 +1,10 @@
 package policy
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/seed-008287da/sluice/ratelimit"
 	"github.com/seed-008287da/sluice/ratelimit/memorystore"
 	"github.com/seed-008287da/sluice/ratelimit/redisstore"
 )
@@ -31,21 +26,6 @@ func redisFingerprint(c *RedisConfig) string {
 type redisClient struct {
 	c    *redisstore.Client
 	refs int
-}
-
-// sharedRedisStore is a namespace's Redis store; closing it gives back its
-// reference on the shared client.
-type sharedRedisStore struct {
-	*redisstore.Store
-	health  *redisHealth
-	release func()
-}
-
-func (s sharedRedisStore) Close() error {
-	err := s.Store.Close()
-	s.health.close()
-	s.release()
-	return err
 }
 
 // redisHealth follows whether one default Redis store counts locally,
@@ -135,75 +115,24 @@ func (r *Registry) namespaceHealth(ns string, degraded bool, err error) {
 }
 
 // newDefaultRedisStore builds a namespace's Redis store over the client
-// shared by its Redis config, dialling it on first use. Called with r.mu
-// held (from acquire).
+// shared by its Redis config; its entry follows the store's health and
+// gives the client back once the store is closed. Called with r.mu held
+// (from acquire).
 //
 // A config the client rejects is an error. A Redis that does not answer
-// is not: the namespace then counts locally, as Kong does while Redis is
-// down, and a goroutine owned by the store dials again every second until
-// it connects (see dialingStore).
-func (r *Registry) newDefaultRedisStore(cfg RedisStoreConfig) (Store, error) {
+// is not: the store connects on its first call and, while Redis is down,
+// the namespace counts locally, as Kong does.
+func (r *Registry) newDefaultRedisStore(cfg RedisStoreConfig) (*storeEntry, error) {
 	fp := redisFingerprint(&cfg.Redis)
-	if _, ok := r.clients[fp]; !ok {
-		// The first dial may take the whole connect timeout (a Redis that
-		// accepts and never answers); the caller waits at most one call
-		// timeout for it, then counts locally while it goes on.
-		pending := make(chan dialResult, 1)
-		go func() {
-			c, err := redisstore.Dial(r.redisConfig(&cfg.Redis))
-			pending <- dialResult{c, err}
-		}()
-		t := time.NewTimer(r.callTimeout())
-		defer t.Stop()
-		var err error
-		select {
-		case d := <-pending:
-			if errors.Is(d.err, redisstore.ErrConfig) {
-				return nil, d.err
-			}
-			if d.err == nil {
-				r.clients[fp] = &redisClient{c: d.c}
-				return r.redisStoreLocked(cfg, fp)
-			}
-			err, pending = d.err, nil
-		case <-t.C:
-			err = fmt.Errorf("redis did not answer within %s", r.callTimeout())
+	rc, ok := r.clients[fp]
+	if !ok {
+		c, err := redisstore.NewClient(r.redisConfig(&cfg.Redis))
+		if err != nil {
+			return nil, err
 		}
-		if f := redisstore.Classify(err); f != nil && r.opts.Logger != nil {
-			r.opts.Logger.Error("policy: redis refuses the configuration, counting locally until it answers",
-				"namespace", cfg.Namespace, "reason", f.Reason, "setting", "config.redis."+f.Setting, "error", err)
-		} else if r.opts.Logger != nil {
-			r.opts.Logger.Warn("policy: redis unreachable, counting locally until it answers",
-				"namespace", cfg.Namespace, "error", err)
-		}
-		s := newDialingStore(r, cfg, fp, pending)
-		s.health.set(true, err)
-		return s, nil
+		rc = &redisClient{c: c}
+		r.clients[fp] = rc
 	}
-	return r.redisStoreLocked(cfg, fp)
-}
-
-// dialResult is the outcome of one redisstore.Dial.
-type dialResult struct {
-	c   *redisstore.Client
-	err error
-}
-
-// callTimeout is the bound of one call of the default Redis stores.
-func (r *Registry) callTimeout() time.Duration {
-	if r.opts.RedisTimeout > 0 {
-		return r.opts.RedisTimeout
-	}
-	return defaultRedisCallTimeout
-}
-
-// defaultRedisCallTimeout is redisstore's default Options.Timeout.
-const defaultRedisCallTimeout = 200 * time.Millisecond
-
-// redisStoreLocked builds a store over the registered client of fp.
-// Called with r.mu held.
-func (r *Registry) redisStoreLocked(cfg RedisStoreConfig, fp string) (Store, error) {
-	rc := r.clients[fp]
 	syncRate := redisstore.LocalOnly
 	if cfg.SyncRate >= 0 {
 		syncRate = time.Duration(cfg.SyncRate * float64(time.Second))
@@ -229,7 +158,8 @@ func (r *Registry) redisStoreLocked(cfg RedisStoreConfig, fp string) (Store, err
 		return nil, err
 	}
 	rc.refs++
-	return sharedRedisStore{Store: st, health: health, release: func() {
+	return &storeEntry{store: st, health: health, release: func() {
+		health.close()
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		rc.refs--
@@ -244,150 +174,6 @@ func (r *Registry) redisConfig(c *RedisConfig) redisstore.Config {
 	rc := redisstoreConfig(c)
 	rc.TLSConfig = r.opts.RedisTLS
 	return rc
-}
-
-// redialInterval is how often a namespace whose Redis did not answer
-// dials again.
-const redialInterval = time.Second
-
-// dialingStore is the store of a Redis namespace whose Redis did not
-// answer when the namespace was opened. It decides with local counters
-// until a dial succeeds, then with the Redis store for good. Its goroutine
-// is stopped by Close.
-type dialingStore struct {
-	r     *Registry
-	cfg   RedisStoreConfig
-	fp    string
-	local *memorystore.Store
-	redis atomic.Pointer[Store]
-	stop  chan struct{}
-	done  chan struct{}
-	once  sync.Once
-	// health is degraded until the store uses Redis.
-	health *redisHealth
-	// connected is closed once the store uses Redis.
-	connected chan struct{}
-	// opened is when the namespace was opened (see SyncTimings).
-	opened time.Time
-}
-
-var _ Store = (*dialingStore)(nil)
-
-// newDialingStore starts the store; pending, when not nil, is a dial
-// still under way, whose result the store takes first.
-func newDialingStore(r *Registry, cfg RedisStoreConfig, fp string, pending <-chan dialResult) *dialingStore {
-	s := &dialingStore{r: r, cfg: cfg, fp: fp, local: memorystore.New(memorystore.Options{}),
-		stop: make(chan struct{}), done: make(chan struct{}), connected: make(chan struct{}),
-		health: &redisHealth{r: r, ns: cfg.Namespace, since: time.Now()}, opened: time.Now()}
-	go s.loop(pending)
-	return s
-}
-
-func (s *dialingStore) loop(pending <-chan dialResult) {
-	defer close(s.done)
-	if pending != nil {
-		select {
-		case <-s.stop:
-			// Close waits for the dial: it owns the client it may return.
-			if d := <-pending; d.c != nil {
-				d.c.Close()
-			}
-			return
-		case d := <-pending:
-			if d.err == nil && s.use(d.c) {
-				return
-			}
-		}
-	}
-	t := time.NewTicker(redialInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-		}
-		if s.connect() {
-			return
-		}
-	}
-}
-
-// connect dials once; it reports whether the store now uses Redis (or
-// should stop trying because the registry closed).
-func (s *dialingStore) connect() bool {
-	c, err := redisstore.Dial(s.r.redisConfig(&s.cfg.Redis))
-	if err != nil {
-		return false
-	}
-	return s.use(c)
-}
-
-// use switches the store to Redis over c; it reports whether the store
-// now uses Redis (or should stop trying because the registry closed).
-func (s *dialingStore) use(c *redisstore.Client) bool {
-	s.r.mu.Lock()
-	defer s.r.mu.Unlock()
-	if s.r.closed {
-		c.Close()
-		return true
-	}
-	if _, ok := s.r.clients[s.fp]; ok {
-		c.Close() // another namespace connected first: share its client
-	} else {
-		s.r.clients[s.fp] = &redisClient{c: c}
-	}
-	st, err := s.r.redisStoreLocked(s.cfg, s.fp)
-	if err != nil {
-		return false
-	}
-	s.redis.Store(&st)
-	close(s.connected)
-	if s.r.opts.Logger != nil {
-		s.r.opts.Logger.Info("policy: redis answers, namespace counts in redis", "namespace", s.cfg.Namespace)
-	}
-	s.health.set(false, nil)
-	return true
-}
-
-func (s *dialingStore) current() Store {
-	if p := s.redis.Load(); p != nil {
-		return *p
-	}
-	return s.local
-}
-
-func (s *dialingStore) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
-	return s.current().Take(ctx, r)
-}
-
-func (s *dialingStore) Acquire(ctx context.Context, r ratelimit.LeaseRequest) (ratelimit.Lease, error) {
-	return s.current().Acquire(ctx, r)
-}
-
-// Release releases in both stores: a lease taken before the switch to
-// Redis lives in the local one.
-func (s *dialingStore) Release(ctx context.Context, key, id string) error {
-	err := s.local.Release(ctx, key, id)
-	if p := s.redis.Load(); p != nil {
-		err = errors.Join(err, (*p).Release(ctx, key, id))
-	}
-	return err
-}
-
-// Close stops the dialling goroutine and closes both stores.
-func (s *dialingStore) Close() error {
-	var err error
-	s.once.Do(func() {
-		close(s.stop)
-		<-s.done
-		s.health.close()
-		err = s.local.Close()
-		if p := s.redis.Load(); p != nil {
-			err = errors.Join(err, (*p).Close())
-		}
-	})
-	return err
 }
 
 // redisstore maps a cloud_authentication record onto the store's; nil
@@ -414,7 +200,9 @@ func (c *CloudAuth) redisstore() *redisstore.CloudAuth {
 	}
 }
 
-// redisstoreConfig maps Kong's Redis record onto the store's config.
+// redisstoreConfig maps Kong's Redis record onto the store's config: the
+// one place where config.redis becomes a redisstore.Config, for every
+// plugin and adapter.
 func redisstoreConfig(c *RedisConfig) redisstore.Config {
 	ms := func(p *int64) time.Duration {
 		if p == nil {

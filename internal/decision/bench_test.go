@@ -16,6 +16,7 @@ import (
 
 	"github.com/seed-008287da/sluice/internal/testservers"
 	"github.com/seed-008287da/sluice/ratelimit/memorystore"
+	"github.com/seed-008287da/sluice/ratelimit/redisstore"
 )
 
 // benchKeys is the number of distinct descriptor values the benchmark
@@ -130,7 +131,7 @@ func BenchmarkShouldRateLimit(b *testing.B) {
 					}
 					defer s.Close()
 					keys = func() int {
-						if st := s.store.(redisStore).Stats(); st.LocalDecisions > 0 {
+						if st := s.store.(*redisstore.Store).Stats(); st.LocalDecisions > 0 {
 							b.Fatalf("%d decisions fell back to local counters", st.LocalDecisions)
 						}
 						n, _ := r.Do(b, "DBSIZE").(int64)

@@ -4,11 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/seed-008287da/sluice/ratelimit/redisstore"
 )
 
 // An outcome is what happened to one request descriptor.
@@ -37,6 +40,14 @@ type metrics struct {
 	storeErrors prometheus.Counter
 	// adminActions counts calls that change state (counter resets).
 	adminActions *prometheus.CounterVec
+	// The Redis store's state, as the gateway exports it.
+	redisFallback *prometheus.GaugeVec
+	redisChanges  *prometheus.CounterVec
+	redisFault    *prometheus.GaugeVec
+	redisMu       sync.Mutex
+	redisSeen     bool   // a state was reported
+	redisDegraded bool   // counting locally
+	redisReason   string // the fault's reason while degraded by one
 	// unknown counts descriptors of domains the configuration lacks, under
 	// one label, so clients cannot grow the label set.
 	unknown *domainStats
@@ -106,8 +117,21 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 			Name: "sluice_decision_admin_actions_total",
 			Help: "Calls that change state (reset_counter), by action and outcome (ok, error).",
 		}, []string{"action", "outcome"}),
+		redisFallback: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_redis_fallback",
+			Help: "1 while the Redis store is unavailable and the service counts locally, 0 once Redis answers.",
+		}, []string{"namespace"}),
+		redisChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_redis_state_changes_total",
+			Help: "Redis state changes of the counter store by namespace and new state (fallback, connected).",
+		}, []string{"namespace", "state"}),
+		redisFault: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_redis_fault",
+			Help: "1 while the service counts locally because Redis refuses its configuration, by reason (wrongpass, noauth, noperm, unknown_command, tls_name, tls_certificate).",
+		}, []string{"namespace", "reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.descriptors, m.requests, m.duration, m.reloads, m.generation, m.storeErrors, m.adminActions} {
+	for _, c := range []prometheus.Collector{m.descriptors, m.requests, m.duration, m.reloads, m.generation, m.storeErrors, m.adminActions,
+		m.redisFallback, m.redisChanges, m.redisFault} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("decision: registering metrics: %w", err)
 		}
@@ -143,6 +167,43 @@ func (m *metrics) observe(t transport, start time.Time, resp *rlspb.RateLimitRes
 	}
 	m.reqCount[t][r].Inc()
 	m.reqTime[t].Observe(time.Since(start).Seconds())
+}
+
+// redisStateChanged returns the Redis store's Options.OnStateChange: it
+// keeps sluice_redis_fallback (1 while the store counts locally),
+// sluice_redis_state_changes_total and sluice_redis_fault (the reason of
+// a redisstore.Fault while it lasts), as the gateway does. A probe is not
+// a change: its outcome is.
+func (m *metrics) redisStateChanged(namespace string) func(from, to redisstore.State, err error) {
+	return func(_, to redisstore.State, err error) {
+		if to == redisstore.StateProbing {
+			return
+		}
+		degraded := to != redisstore.StateConnected
+		reason := ""
+		if f := redisstore.Classify(err); f != nil && degraded {
+			reason = f.Reason
+		}
+		m.redisMu.Lock()
+		defer m.redisMu.Unlock()
+		if m.redisReason != "" && m.redisReason != reason {
+			m.redisFault.DeleteLabelValues(namespace, m.redisReason)
+		}
+		if reason != "" {
+			m.redisFault.WithLabelValues(namespace, reason).Set(1)
+		}
+		m.redisReason = reason
+		if m.redisSeen && m.redisDegraded == degraded {
+			return // a new cause, not a new state
+		}
+		m.redisSeen, m.redisDegraded = true, degraded
+		v, state := 0.0, "connected"
+		if degraded {
+			v, state = 1, "fallback"
+		}
+		m.redisFallback.WithLabelValues(namespace).Set(v)
+		m.redisChanges.WithLabelValues(namespace, state).Inc()
+	}
 }
 
 // Registry returns the registry the service's metrics are registered on.

@@ -1,10 +1,15 @@
 package decision
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/seed-008287da/sluice/internal/testservers"
 )
@@ -104,4 +109,73 @@ func TestRedisDownFallsBack(t *testing.T) {
 		{"2 (local)", k, OK, codes_(OK), nil, nil},
 		{"3 (local)", k, OVER, codes_(OVER), nil, nil},
 	})
+}
+
+// The service exports its Redis store's state as the gateway does:
+// sluice_redis_fallback while it counts locally and, for a fault,
+// sluice_redis_fault with the reason. A Redis down at start is no error:
+// the first call falls back and the first after the cool-down, with Redis
+// back, returns to it.
+func TestRedisStateMetrics(t *testing.T) {
+	r := testservers.Redis(t, testservers.RedisOptions{})
+	r.Stop()
+	clk := newClock(t0)
+	s, err := Open(mustParse(t, redisConfig(r, 2)), clk.opts())
+	if err != nil {
+		t.Fatalf("Open with redis down: %v", err)
+	}
+	defer s.Close()
+	c, _ := serveGRPC(t, s)
+	k := request("d", desc("k", "z"))
+	gauge := func(name string, labels ...string) float64 {
+		t.Helper()
+		switch name {
+		case "fallback":
+			return testutil.ToFloat64(s.m.redisFallback.WithLabelValues(labels...))
+		case "fault":
+			return testutil.ToFloat64(s.m.redisFault.WithLabelValues(labels...))
+		}
+		return testutil.ToFloat64(s.m.redisChanges.WithLabelValues(labels...))
+	}
+	runSteps(t, c, []step{{"1 (redis down)", k, OK, codes_(OK), nil, nil}})
+	if v := gauge("fallback", "decision"); v != 1 {
+		t.Errorf("sluice_redis_fallback with redis down = %v, want 1", v)
+	}
+	r.Restart(t)
+	clk.add(2 * time.Second) // past the cool-down
+	runSteps(t, c, []step{{"2 (redis back)", k, OK, codes_(OK), []uint32{1}, nil}})
+	if v := gauge("fallback", "decision"); v != 0 {
+		t.Errorf("sluice_redis_fallback with redis back = %v, want 0", v)
+	}
+	if f, c := gauge("changes", "decision", "fallback"), gauge("changes", "decision", "connected"); f != 1 || c != 1 {
+		t.Errorf("sluice_redis_state_changes_total fallback %v connected %v, want 1 each", f, c)
+	}
+	if n := testutil.CollectAndCount(s.m.redisFault); n != 0 {
+		t.Errorf("%d sluice_redis_fault series without a fault, want none", n)
+	}
+}
+
+// A wrong password: answered locally, sluice_redis_fault carries the
+// reason, and the log names the setting.
+func TestRedisWrongPasswordMetric(t *testing.T) {
+	r := testservers.Redis(t, testservers.RedisOptions{Password: "right"})
+	var logs bytes.Buffer
+	opts := newClock(t0).opts()
+	opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	s, err := Open(mustParse(t, strings.Replace(redisConfig(r, 2), "clock: service", "clock: service, password: wrong", 1)), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c, _ := serveGRPC(t, s)
+	runSteps(t, c, []step{{"1 (wrong password)", request("d", desc("k", "w")), OK, codes_(OK), nil, nil}})
+	if v := testutil.ToFloat64(s.m.redisFault.WithLabelValues("decision", "wrongpass")); v != 1 {
+		t.Errorf(`sluice_redis_fault{namespace="decision",reason="wrongpass"} = %v, want 1`, v)
+	}
+	if v := testutil.ToFloat64(s.m.redisFallback.WithLabelValues("decision")); v != 1 {
+		t.Errorf("sluice_redis_fallback = %v, want 1", v)
+	}
+	if !strings.Contains(logs.String(), "setting=config.redis.password") || strings.Contains(logs.String(), "right") {
+		t.Errorf("log does not name the setting, or shows the password:\n%s", logs.String())
+	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/seed-008287da/sluice/policy/field"
 	"github.com/seed-008287da/sluice/ratelimit"
 	"github.com/seed-008287da/sluice/ratelimit/memorystore"
+	"github.com/seed-008287da/sluice/ratelimit/redisstore"
 )
 
 // Sentinel errors of the service.
@@ -205,14 +206,20 @@ func New(cfg *Config, store ratelimit.Store, opts Options) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	s.use(cfg, store)
+	return s, nil
+}
+
+// use makes store the service's and cfg, when not nil, its first
+// configuration.
+func (s *Service) use(cfg *Config, store ratelimit.Store) {
 	s.store = store
 	if cfg == nil {
 		s.gen.Store(&generation{store: store})
-		return s, nil
+		return
 	}
 	s.gen.Store(s.compile(cfg, "", 1))
 	s.m.generation.Set(1)
-	return s, nil
 }
 
 func newServiceBase(opts Options) (*Service, error) {
@@ -243,33 +250,59 @@ func newServiceBase(opts Options) (*Service, error) {
 // configuration and without a store: the first configuration given to
 // Update or Reload opens its store, and until then every request is
 // answered with ErrNoConfig.
+//
+// The Redis store connects on its first call: a Redis that is down at
+// start is not an error; the service decides with local counters until it
+// answers (see docs/redis.md), and exports the store's state as
+// sluice_redis_fallback and sluice_redis_fault.
 func Open(cfg *Config, opts Options) (*Service, error) {
-	if cfg == nil {
-		s, err := newServiceBase(opts)
-		if err != nil {
-			return nil, err
-		}
-		s.ownsStore = true
-		s.gen.Store(&generation{})
-		return s, nil
-	}
-	cfg, err := withStore(cfg, opts.Store)
+	s, err := newServiceBase(opts)
 	if err != nil {
-		return nil, err
-	}
-	st, err := OpenStore(cfg.Store, opts.Logger)
-	if err != nil {
-		return nil, err
-	}
-	s, err := New(cfg, st, opts)
-	if err != nil {
-		_ = st.Close()
 		return nil, err
 	}
 	s.ownsStore = true
+	if cfg == nil {
+		s.gen.Store(&generation{})
+		return s, nil
+	}
+	cfg, err = withStore(cfg, opts.Store)
+	if err != nil {
+		return nil, err
+	}
+	st, err := s.openStore(cfg.Store)
+	if err != nil {
+		return nil, err
+	}
+	s.use(cfg, st)
 	sc := cfg.Store
 	s.storeCfg = &sc
 	return s, nil
+}
+
+// openStore opens the store sc selects.
+func (s *Service) openStore(sc StoreConfig) (ratelimit.Store, error) {
+	switch sc.Type {
+	case "", "memory":
+		return memorystore.New(memorystore.Options{MaxKeys: int(sc.Memory.MaxKeys)}), nil
+	case "redis":
+		rc := sc.Redis
+		if rc.EnvoyLayout {
+			return openEnvoyStore(rc)
+		}
+		st, err := redisstore.Open(rc.Config, redisstore.Options{
+			Namespace:     rc.Namespace,
+			SyncRate:      rc.SyncRate,
+			Timeout:       rc.Timeout,
+			CallerClock:   rc.ServiceClock,
+			Logger:        s.log,
+			OnStateChange: s.m.redisStateChanged(rc.Namespace),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("decision: opening the redis store: %w", err)
+		}
+		return st, nil
+	}
+	return nil, fmt.Errorf("%w: unknown store %q", ErrInvalidConfig, sc.Type)
 }
 
 // OpenFile parses the configuration file at path, opens its store and
@@ -484,7 +517,7 @@ func (s *Service) update(cfg *Config, digest string) error {
 	old := s.gen.Load()
 	switch {
 	case s.store == nil:
-		st, err := OpenStore(cfg.Store, s.log)
+		st, err := s.openStore(cfg.Store)
 		if err != nil {
 			return err
 		}

@@ -266,22 +266,30 @@ func (s *Store) runBatch(batch []*takeCall) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
 	defer cancel()
-	res, trips := doMulti(ctx, s.rc, len(calls)+len(ops), func(j int) rueidis.Completed {
+	rc, err := s.c.conn(ctx)
+	if err != nil {
+		s.record(batch[0].now, err)
+		for _, c := range batch {
+			c.done <- takeResult{err: err}
+		}
+		return
+	}
+	res, trips := doMulti(ctx, rc, len(calls)+len(ops), func(j int) rueidis.Completed {
 		if j < len(calls) {
-			return takeScript.evalsha(s.rc, calls[j].keys, calls[j].args)
+			return takeScript.evalsha(rc, calls[j].keys, calls[j].args)
 		}
 		op := ops[j-len(calls)]
 		c := op.c
 		switch op.k {
 		case 0:
-			return s.rc.B().Incrby().Key(c.cur[op.i]).Increment(c.cost).Build()
+			return rc.B().Incrby().Key(c.cur[op.i]).Increment(c.cost).Build()
 		case 1:
-			return s.rc.B().Pexpire().Key(c.cur[op.i]).Milliseconds(c.ttl[op.i]).Build()
+			return rc.B().Pexpire().Key(c.cur[op.i]).Milliseconds(c.ttl[op.i]).Build()
 		default:
-			return s.rc.B().Get().Key(c.prev[op.i]).Build()
+			return rc.B().Get().Key(c.prev[op.i]).Build()
 		}
 	})
-	trips += takeScript.rerunNoScript(ctx, s.rc, calls, res[:len(calls)])
+	trips += takeScript.rerunNoScript(ctx, rc, calls, res[:len(calls)])
 	s.redisCalls.Add(uint64(trips))
 
 	// Check every reply first: the breaker hears of this round trip before
@@ -353,7 +361,7 @@ func (s *Store) record(now time.Time, err error) {
 	}
 	s.redisErrors.Add(1)
 	if isUnavailable(err) {
-		s.br.failure(now, err)
+		s.br.failure(now, s.c.fault(err))
 	} else {
 		s.br.success() // Redis answered
 	}

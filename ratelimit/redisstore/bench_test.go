@@ -35,7 +35,7 @@ var benchKeyNames = func() []string {
 //	go test -run '^$' -bench BenchmarkTake -benchtime 100000x ./ratelimit/redisstore/
 func BenchmarkTake(b *testing.B) {
 	srv := testservers.Redis(b, testservers.RedisOptions{})
-	c, err := Dial(Config{Host: srv.Host(), Port: srv.Port()})
+	c, err := connect(Config{Host: srv.Host(), Port: srv.Port()})
 	if err != nil {
 		b.Fatal(err)
 	}

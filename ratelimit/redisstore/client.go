@@ -1,14 +1,19 @@
 package redisstore
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
+	"github.com/seed-008287da/sluice/ratelimit"
 )
 
 // Addr is a Redis or Sentinel node address. The zero Host means
@@ -106,35 +111,189 @@ type Config struct {
 var ErrConfig = errors.New("redisstore: invalid config")
 
 // Client is a connection to one Redis deployment, shared by every Store
-// (namespace) that uses it. It is safe for concurrent use.
+// (namespace) that uses it. It connects on first use, not when it is
+// created, so that stores can be built while Redis is down: they decide
+// with local counters until it answers. It is safe for concurrent use.
 type Client struct {
-	rc      rueidis.Client
+	opt     rueidis.ClientOption
 	cluster bool
+	cloud   bool // the password is a cloud token (Config.CloudAuth)
+
+	rc atomic.Pointer[rueidis.Client] // nil until connected
+
+	// life ends with Close; it cancels connects under way.
+	life    context.Context
+	endLife context.CancelFunc
+
+	mu      sync.Mutex
+	dialing chan struct{} // closed when the dial under way ends; nil when none is
+	dialErr error         // the outcome of the last dial, while not connected
+	pending map[net.Conn]struct{}
+	closed  bool
+	wg      sync.WaitGroup
 }
 
-// Dial connects to Redis as cfg says. It returns an error wrapping
-// ErrConfig for an unusable config, and the connection error when no node
-// answers: a gateway that starts while Redis is down should log it and
-// run with local-only limits, or retry Dial.
-func Dial(cfg Config) (*Client, error) {
+// NewClient returns a client for the Redis deployment cfg describes. It
+// fails only for an unusable config (an error wrapping ErrConfig); it
+// does not connect. The first call of a Store connects, within that call's
+// deadline (Options.Timeout): a Redis that is down or does not answer
+// makes the call fall back to local counters, and the connection is tried
+// again by the store's next probe. Close the client when its stores are
+// closed.
+func NewClient(cfg Config) (*Client, error) {
 	opt, cluster, err := clientOption(cfg)
 	if err != nil {
 		return nil, err
 	}
-	rc, err := rueidis.NewClient(opt)
+	c := &Client{opt: opt, cluster: cluster, cloud: cfg.CloudAuth != nil}
+	c.life, c.endLife = context.WithCancel(context.Background())
+	c.opt.DialCtxFn = c.dialConn
+	return c, nil
+}
+
+// Ping connects if the client is not connected yet and sends PING, within
+// ctx. It reports why Redis cannot be used (see Classify for the errors of
+// configuration), or nil.
+func (c *Client) Ping(ctx context.Context) error {
+	rc, err := c.conn(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: connecting: %w", err)
+		return c.fault(err)
 	}
-	return &Client{rc: rc, cluster: cluster}, nil
+	return c.fault(rc.Do(ctx, rc.B().Ping().Build()).Error())
 }
 
-// NewClient wraps an existing rueidis client. Close closes it.
-func NewClient(rc rueidis.Client) *Client {
-	return &Client{rc: rc, cluster: rc.Mode() == rueidis.ClientModeCluster}
+// conn returns the connected client, connecting first when needed. A dial
+// goes on in the background when ctx ends first: the next call uses its
+// result, or starts another when it failed.
+func (c *Client) conn(ctx context.Context) (rueidis.Client, error) {
+	if p := c.rc.Load(); p != nil {
+		return *p, nil
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ratelimit.ErrClosed
+	}
+	if p := c.rc.Load(); p != nil {
+		c.mu.Unlock()
+		return *p, nil
+	}
+	done := c.dialing
+	if done == nil {
+		done = make(chan struct{})
+		c.dialing = done
+		c.wg.Add(1)
+		go c.dial(done)
+	}
+	c.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("redisstore: connecting to %s: %w", c.addrs(), ctx.Err())
+	}
+	if p := c.rc.Load(); p != nil {
+		return *p, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ratelimit.ErrClosed
+	}
+	return nil, c.dialErr
 }
 
-// Close closes every connection. Stores using c must be closed first.
-func (c *Client) Close() { c.rc.Close() }
+// dial connects once, bounded by the connect timeout, and closes done.
+func (c *Client) dial(done chan struct{}) {
+	defer c.wg.Done()
+	rc, err := rueidis.NewClient(c.opt)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.pending) // rueidis owns the connections now, or closed them
+	c.dialing = nil
+	switch {
+	case c.closed:
+		if err == nil {
+			rc.Close()
+		}
+		c.dialErr = ratelimit.ErrClosed
+	case err != nil:
+		c.dialErr = fmt.Errorf("redisstore: connecting to %s: %w", c.addrs(), err)
+	default:
+		c.dialErr = nil
+		c.rc.Store(&rc)
+	}
+	close(done)
+}
+
+// dialConn opens one connection for the client. A connection opened while
+// the client first connects is closed by Close, so that Close need not
+// wait for a server that accepts and never answers.
+func (c *Client) dialConn(ctx context.Context, dst string, d *net.Dialer, tc *tls.Config) (net.Conn, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(c.life, cancel)()
+	var conn net.Conn
+	var err error
+	if tc != nil {
+		conn, err = (&tls.Dialer{NetDialer: d, Config: tc}).DialContext(ctx, "tcp", dst)
+	} else {
+		conn, err = d.DialContext(ctx, "tcp", dst)
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		conn.Close()
+		return nil, ratelimit.ErrClosed
+	}
+	if c.rc.Load() == nil {
+		if c.pending == nil {
+			c.pending = make(map[net.Conn]struct{})
+		}
+		c.pending[conn] = struct{}{}
+	}
+	return conn, nil
+}
+
+// addrs names the nodes the client connects to first.
+func (c *Client) addrs() string { return strings.Join(c.opt.InitAddress, ",") }
+
+// fault returns err as a *Fault when it is one (see Classify), naming the
+// setting in use: with cloud authentication, the token stands for the
+// password. Other errors are returned as they are.
+func (c *Client) fault(err error) error {
+	f := Classify(err)
+	if f == nil {
+		return err
+	}
+	if c.cloud && (f.Reason == "wrongpass" || f.Reason == "noauth") && f.Setting == "password" {
+		f = &Fault{Reason: f.Reason, Setting: "cloud_authentication", Err: f.Err}
+	}
+	return f
+}
+
+// Close closes every connection, and ends a first connection under way.
+// Stores using c must be closed first. Later calls of its stores go to
+// local counters (or fail, with Options.Strict).
+func (c *Client) Close() {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.closed = true
+	c.endLife()
+	for conn := range c.pending {
+		conn.Close()
+	}
+	c.mu.Unlock()
+	c.wg.Wait()
+	if p := c.rc.Swap(nil); p != nil {
+		(*p).Close()
+	}
+}
 
 func orDefault(d, def time.Duration) time.Duration {
 	if d <= 0 {

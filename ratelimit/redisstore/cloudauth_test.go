@@ -146,9 +146,9 @@ func TestCloudAuthConfig(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ca := awsTestAuth(clock)
 			tc.edit(ca)
-			_, err := Dial(Config{Username: tc.user, CloudAuth: ca})
+			_, err := NewClient(Config{Username: tc.user, CloudAuth: ca})
 			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.field) {
-				t.Fatalf("Dial = %v, want ErrConfig naming %q", err, tc.field)
+				t.Fatalf("NewClient = %v, want ErrConfig naming %q", err, tc.field)
 			}
 		})
 	}
@@ -174,7 +174,7 @@ func TestAWSIAMAuth(t *testing.T) {
 
 	c := dial(t, Config{Host: srv.Host(), Port: srv.Port(), Username: "alice", CloudAuth: ca})
 	whoami := func() (string, error) {
-		return c.rc.Do(ctx, c.rc.B().AclWhoami().Build()).ToString()
+		return rcOf(t, c).Do(ctx, rcOf(t, c).B().AclWhoami().Build()).ToString()
 	}
 	if u, err := whoami(); err != nil || u != "alice" {
 		t.Fatalf("ACL WHOAMI = %q, %v; want alice", u, err)
@@ -264,7 +264,7 @@ func TestGCPAuth(t *testing.T) {
 	c := dial(t, Config{Host: srv.Host(), Port: srv.Port(), Username: "alice", CloudAuth: ca})
 	ctx := context.Background()
 	whoami := func() (string, error) {
-		return c.rc.Do(ctx, c.rc.B().AclWhoami().Build()).ToString()
+		return rcOf(t, c).Do(ctx, rcOf(t, c).B().AclWhoami().Build()).ToString()
 	}
 	if u, err := whoami(); err != nil || u != "alice" {
 		t.Fatalf("ACL WHOAMI = %q, %v; want alice", u, err)
@@ -335,7 +335,7 @@ func TestAzureAuth(t *testing.T) {
 		var u string
 		var err error
 		for range 3 {
-			if u, err = c.rc.Do(ctx, c.rc.B().AclWhoami().Build()).ToString(); err == nil {
+			if u, err = rcOf(t, c).Do(ctx, rcOf(t, c).B().AclWhoami().Build()).ToString(); err == nil {
 				break
 			}
 		}

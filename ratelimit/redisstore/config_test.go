@@ -28,9 +28,9 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("decision over TLS: %+v", d)
 	}
 	// Verification on, but the CA unknown: the handshake must fail.
-	if c, err := Dial(Config{Host: srv.Host(), Port: srv.Port(), SSL: true, SSLVerify: true}); err == nil {
+	if c, err := connect(Config{Host: srv.Host(), Port: srv.Port(), SSL: true, SSLVerify: true}); err == nil {
 		c.Close()
-		t.Fatal("Dial verified a certificate signed by an unknown CA")
+		t.Fatal("connecting verified a certificate signed by an unknown CA")
 	}
 	// Verification off (Kong's ssl_verify false): accepted.
 	c2 := dial(t, Config{Host: srv.Host(), Port: srv.Port(), SSL: true})
@@ -45,9 +45,9 @@ func TestACLUser(t *testing.T) {
 	if d := oneTake(t, c); !d.Allowed {
 		t.Fatal("denied as ACL user")
 	}
-	if c, err := Dial(Config{Host: srv.Host(), Port: srv.Port(), Username: "gateway", Password: "wrong"}); err == nil {
+	if c, err := connect(Config{Host: srv.Host(), Port: srv.Port(), Username: "gateway", Password: "wrong"}); err == nil {
 		c.Close()
-		t.Fatal("Dial accepted a wrong password")
+		t.Fatal("connecting accepted a wrong password")
 	}
 }
 
@@ -70,9 +70,9 @@ func TestConfigErrors(t *testing.T) {
 		{Config{SentinelMaster: "m", SentinelNodes: []Addr{{}}, SentinelRole: "primary"}, "sentinel_role must be"},
 		{Config{Database: -1}, "database must not be negative"},
 	} {
-		_, err := Dial(tc.cfg)
+		_, err := NewClient(tc.cfg)
 		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Dial(%+v) = %v, want ErrConfig with %q", tc.cfg, err, tc.want)
+			t.Errorf("NewClient(%+v) = %v, want ErrConfig with %q", tc.cfg, err, tc.want)
 		}
 	}
 	if _, err := New(nil, Options{}); !errors.Is(err, ErrConfig) {

@@ -14,7 +14,7 @@ import (
 // deployment, one Store per namespace. The second node sees the first
 // node's hits.
 func Example() {
-	c, err := redisstore.Dial(redisstore.Config{Host: "127.0.0.1", Port: 6379, ConnectTimeout: time.Second})
+	c, err := redisstore.NewClient(redisstore.Config{Host: "127.0.0.1", Port: 6379, ConnectTimeout: time.Second})
 	if err != nil {
 		log.Print(err)
 		return

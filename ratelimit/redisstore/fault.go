@@ -20,7 +20,8 @@ type Fault struct {
 	Reason string
 	// Setting is the Config field to check, named as in Kong's
 	// config.redis: "password", "username", "host", "server_name" or
-	// "ssl_verify".
+	// "ssl_verify"; "cloud_authentication" for a refused token, in the
+	// faults a Store or Client.Ping reports with Config.CloudAuth set.
 	Setting string
 	// Err is the error as Redis or the handshake gave it.
 	Err error

@@ -30,10 +30,10 @@ func TestClassify(t *testing.T) {
 		{"unknown CA", Config{Host: tlsSrv.Host(), Port: tlsSrv.Port(), SSL: true, SSLVerify: true, ServerName: "localhost"}, "tls_certificate", "ssl_verify"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := Dial(tc.cfg)
+			c, err := connect(tc.cfg)
 			if err == nil {
 				c.Close()
-				t.Fatal("Dial succeeded")
+				t.Fatal("connecting succeeded")
 			}
 			f := Classify(err)
 			if f == nil || f.Reason != tc.reason || f.Setting != tc.setting {
@@ -49,14 +49,14 @@ func TestClassify(t *testing.T) {
 	user.Do(t, "ACL", "SETUSER", "app", "-get")
 	c := dial(t, Config{Host: user.Host(), Port: user.Port(), Username: "app", Password: "secret"})
 	ctx := context.Background()
-	if f := Classify(c.rc.Do(ctx, c.rc.B().Get().Key("k").Build()).Error()); f == nil || f.Reason != "noperm" || f.Setting != "username" {
+	if f := Classify(rcOf(t, c).Do(ctx, rcOf(t, c).B().Get().Key("k").Build()).Error()); f == nil || f.Reason != "noperm" || f.Setting != "username" {
 		t.Errorf("GET without permission: %+v", f)
 	}
-	if f := Classify(c.rc.Do(ctx, c.rc.B().Arbitrary("NOSUCHCOMMAND").Build()).Error()); f == nil || f.Reason != "unknown_command" {
+	if f := Classify(rcOf(t, c).Do(ctx, rcOf(t, c).B().Arbitrary("NOSUCHCOMMAND").Build()).Error()); f == nil || f.Reason != "unknown_command" {
 		t.Errorf("unknown command: %+v", f)
 	}
 	for _, err := range []error{nil, errors.New("EOF"), context.DeadlineExceeded, ErrBadReply,
-		c.rc.Do(ctx, c.rc.B().Arbitrary("SET").Args("k").Build()).Error()} {
+		rcOf(t, c).Do(ctx, rcOf(t, c).B().Arbitrary("SET").Args("k").Build()).Error()} {
 		if f := Classify(err); f != nil {
 			t.Errorf("Classify(%v) = %+v, want nil", err, f)
 		}

@@ -302,8 +302,13 @@ func (s *Store) expireLate(ctx context.Context, r *ratelimit.Request, c *takeCal
 	}
 	ctx, cancel := s.followUp(ctx)
 	defer cancel()
-	res, trips := doMulti(ctx, s.rc, len(idx), func(j int) rueidis.Completed {
-		return s.rc.B().Pexpire().Key(c.cur[idx[j]]).Milliseconds(c.ttl[idx[j]]).Build()
+	rc, err := s.c.conn(ctx)
+	if err != nil {
+		s.redisErrors.Add(1)
+		return
+	}
+	res, trips := doMulti(ctx, rc, len(idx), func(j int) rueidis.Completed {
+		return rc.B().Pexpire().Key(c.cur[idx[j]]).Milliseconds(c.ttl[idx[j]]).Build()
 	})
 	s.redisCalls.Add(uint64(trips))
 	for j, res := range res {
@@ -332,12 +337,17 @@ func (s *Store) undo(ctx context.Context, c *takeCall, take []bool) {
 	}
 	ctx, cancel := s.followUp(ctx)
 	defer cancel()
-	res, trips := doMulti(ctx, s.rc, 2*len(idx), func(j int) rueidis.Completed {
+	rc, err := s.c.conn(ctx)
+	if err != nil {
+		s.redisErrors.Add(1)
+		return
+	}
+	res, trips := doMulti(ctx, rc, 2*len(idx), func(j int) rueidis.Completed {
 		u := idx[j/2]
 		if j%2 == 0 {
-			return s.rc.B().Decrby().Key(c.cur[u]).Decrement(c.cost).Build()
+			return rc.B().Decrby().Key(c.cur[u]).Decrement(c.cost).Build()
 		}
-		return s.rc.B().Pexpire().Key(c.cur[u]).Milliseconds(c.ttl[u]).Build()
+		return rc.B().Pexpire().Key(c.cur[u]).Milliseconds(c.ttl[u]).Build()
 	})
 	s.redisCalls.Add(uint64(trips))
 	for _, r := range res {

@@ -94,6 +94,10 @@ func (s *Store) read(ctx context.Context, r *ratelimit.Request) ([]storekit.Coun
 func (s *Store) readScript(ctx context.Context, r *ratelimit.Request) ([]storekit.Counter, time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
+	rc, err := s.c.conn(ctx)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
 	nowMs := floorDiv(r.Now.UnixNano(), int64(time.Millisecond))
 	var keys []string
 	starts := make([]int64, len(r.Limits))
@@ -108,7 +112,7 @@ func (s *Store) readScript(ctx context.Context, r *ratelimit.Request) ([]storeki
 		cur, prev := s.windowKeys(r.Key, id, starts[i], w, true)
 		keys = append(keys, cur, prev)
 	}
-	res, trips := inspectScript.exec(ctx, s.rc, keys, nil)
+	res, trips := inspectScript.exec(ctx, rc, keys, nil)
 	s.redisCalls.Add(uint64(trips))
 	vals, err := res.ToArray()
 	if err != nil {
@@ -149,16 +153,20 @@ func (s *Store) readScript(ctx context.Context, r *ratelimit.Request) ([]storeki
 func (s *Store) readKong(ctx context.Context, r *ratelimit.Request) ([]storekit.Counter, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
+	rc, err := s.c.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
 	n := len(r.Limits)
 	starts := make([]int64, n)
-	res, trips := doMulti(ctx, s.rc, 2*n, func(i int) rueidis.Completed {
+	res, trips := doMulti(ctx, rc, 2*n, func(i int) rueidis.Completed {
 		l := r.Limits[i/2]
 		start := windowStart(l, r.Now)
 		starts[i/2] = start
 		if i%2 == 1 {
 			start -= int64(l.Window / time.Millisecond)
 		}
-		return s.rc.B().Hget().Key(s.kongHash(start, l.Window)).Field(r.Key).Build()
+		return rc.B().Hget().Key(s.kongHash(start, l.Window)).Field(r.Key).Build()
 	})
 	s.redisCalls.Add(uint64(trips))
 	cs := make([]storekit.Counter, n)
@@ -202,6 +210,11 @@ func (s *Store) Reset(ctx context.Context, r ratelimit.Request) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
+	rc, err := s.c.conn(ctx)
+	if err != nil {
+		s.record(r.Now, err)
+		return err
+	}
 	var cmds rueidis.Commands
 	if s.opts.KongLayout {
 		if err := checkKong(r.Limits); err != nil {
@@ -211,8 +224,8 @@ func (s *Store) Reset(ctx context.Context, r ratelimit.Request) error {
 			start := windowStart(l, r.Now)
 			w := int64(l.Window / time.Millisecond)
 			cmds = append(cmds,
-				s.rc.B().Hdel().Key(s.kongHash(start, l.Window)).Field(r.Key).Build(),
-				s.rc.B().Hdel().Key(s.kongHash(start-w, l.Window)).Field(r.Key).Build())
+				rc.B().Hdel().Key(s.kongHash(start, l.Window)).Field(r.Key).Build(),
+				rc.B().Hdel().Key(s.kongHash(start-w, l.Window)).Field(r.Key).Build())
 		}
 	} else {
 		nowMs := floorDiv(r.Now.UnixNano(), int64(time.Millisecond))
@@ -232,10 +245,10 @@ func (s *Store) Reset(ctx context.Context, r ratelimit.Request) error {
 		// slot, which a key's counters do, but one per key is as cheap in
 		// a pipeline and needs no such care.
 		for _, k := range keys {
-			cmds = append(cmds, s.rc.B().Del().Key(k).Build())
+			cmds = append(cmds, rc.B().Del().Key(k).Build())
 		}
 	}
-	res := s.rc.DoMulti(ctx, cmds...)
+	res := rc.DoMulti(ctx, cmds...)
 	s.redisCalls.Add(1)
 	for _, x := range res {
 		if err := x.Error(); err != nil {
@@ -272,9 +285,17 @@ func (s *Store) Leases(ctx context.Context, key string, now time.Time) ([]rateli
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	res := s.rc.DoMulti(ctx,
-		s.rc.B().Time().Build(),
-		s.rc.B().Zrange().Key(s.leaseKey(key)).Min("0").Max("-1").Withscores().Build())
+	rc, err := s.c.conn(ctx)
+	if err != nil {
+		s.record(now, err)
+		if isUnavailable(err) && !s.opts.Strict {
+			return s.local.leaseStates(key, now), nil
+		}
+		return nil, err
+	}
+	res := rc.DoMulti(ctx,
+		rc.B().Time().Build(),
+		rc.B().Zrange().Key(s.leaseKey(key)).Min("0").Max("-1").Withscores().Build())
 	s.redisCalls.Add(1)
 	tm, err := res[0].AsStrSlice()
 	if err == nil && len(tm) != 2 {
@@ -326,7 +347,12 @@ func (s *Store) ResetLeases(ctx context.Context, key string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	res, trips := do(ctx, s.rc, func() rueidis.Completed { return s.rc.B().Del().Key(s.leaseKey(key)).Build() })
+	rc, err := s.c.conn(ctx)
+	if err != nil {
+		s.record(time.Now(), err)
+		return err
+	}
+	res, trips := do(ctx, rc, func() rueidis.Completed { return rc.B().Del().Key(s.leaseKey(key)).Build() })
 	s.redisCalls.Add(uint64(trips))
 	if err := res.Error(); err != nil {
 		err = replyErr("DEL", err)

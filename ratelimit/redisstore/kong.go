@@ -56,10 +56,15 @@ func windowStart(l ratelimit.Limit, now time.Time) int64 {
 func (s *Store) takeKong(ctx context.Context, r *ratelimit.Request) (ratelimit.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
+	rc, err := s.c.conn(ctx)
+	if err != nil {
+		s.record(r.Now, err)
+		return ratelimit.Decision{}, err
+	}
 	n := len(r.Limits)
 	hashes := make([]string, n)
 	starts := make([]int64, n)
-	res, trips := doMulti(ctx, s.rc, 3*n, func(i int) rueidis.Completed {
+	res, trips := doMulti(ctx, rc, 3*n, func(i int) rueidis.Completed {
 		l := r.Limits[i/3]
 		start := windowStart(l, r.Now)
 		starts[i/3] = start
@@ -67,11 +72,11 @@ func (s *Store) takeKong(ctx context.Context, r *ratelimit.Request) (ratelimit.D
 		hashes[i/3] = cur
 		switch i % 3 {
 		case 0:
-			return s.rc.B().Hincrby().Key(cur).Field(r.Key).Increment(r.Cost).Build()
+			return rc.B().Hincrby().Key(cur).Field(r.Key).Increment(r.Cost).Build()
 		case 1:
-			return s.rc.B().Expire().Key(cur).Seconds(int64(2 * l.Window / time.Second)).Build()
+			return rc.B().Expire().Key(cur).Seconds(int64(2 * l.Window / time.Second)).Build()
 		}
-		return s.rc.B().Hget().Key(s.kongHash(start-int64(l.Window/time.Millisecond), l.Window)).Field(r.Key).Build()
+		return rc.B().Hget().Key(s.kongHash(start-int64(l.Window/time.Millisecond), l.Window)).Field(r.Key).Build()
 	})
 	s.redisCalls.Add(uint64(trips))
 	var buf [4]storekit.Counter
@@ -108,8 +113,8 @@ func (s *Store) takeKong(ctx context.Context, r *ratelimit.Request) (ratelimit.D
 		}
 	}
 	if len(back) > 0 {
-		res, trips := doMulti(ctx, s.rc, len(back), func(j int) rueidis.Completed {
-			return s.rc.B().Hincrby().Key(hashes[back[j]]).Field(r.Key).Increment(-r.Cost).Build()
+		res, trips := doMulti(ctx, rc, len(back), func(j int) rueidis.Completed {
+			return rc.B().Hincrby().Key(hashes[back[j]]).Field(r.Key).Increment(-r.Cost).Build()
 		})
 		s.redisCalls.Add(uint64(trips))
 		for _, x := range res {
@@ -134,6 +139,10 @@ func (s *Store) syncKong(ctx context.Context, now time.Time, items []syncItem) e
 		d    int64
 		w    time.Duration
 	}
+	rc, err := s.c.conn(ctx)
+	if err != nil {
+		return err
+	}
 	var pushes []push
 	for _, it := range items {
 		for _, p := range it.p {
@@ -143,13 +152,13 @@ func (s *Store) syncKong(ctx context.Context, now time.Time, items []syncItem) e
 		}
 	}
 	np := 2 * len(pushes)
-	res, trips := doMulti(ctx, s.rc, np+2*len(items), func(i int) rueidis.Completed {
+	res, trips := doMulti(ctx, rc, np+2*len(items), func(i int) rueidis.Completed {
 		if i < np {
 			p := pushes[i/2]
 			if i%2 == 0 {
-				return s.rc.B().Hincrby().Key(p.hash).Field(p.key).Increment(p.d).Build()
+				return rc.B().Hincrby().Key(p.hash).Field(p.key).Increment(p.d).Build()
 			}
-			return s.rc.B().Expire().Key(p.hash).Seconds(int64(2 * p.w / time.Second)).Build()
+			return rc.B().Expire().Key(p.hash).Seconds(int64(2 * p.w / time.Second)).Build()
 		}
 		j := i - np
 		it := items[j/2]
@@ -157,7 +166,7 @@ func (s *Store) syncKong(ctx context.Context, now time.Time, items []syncItem) e
 		if j%2 == 1 {
 			start -= int64(it.lim.Window / time.Millisecond)
 		}
-		return s.rc.B().Hget().Key(s.kongHash(start, it.lim.Window)).Field(it.key).Build()
+		return rc.B().Hget().Key(s.kongHash(start, it.lim.Window)).Field(it.key).Build()
 	})
 	s.redisCalls.Add(uint64(trips))
 	for i := range np {

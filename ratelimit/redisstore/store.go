@@ -14,7 +14,7 @@
 //
 // A Store is one namespace over a shared Client:
 //
-//	c, err := redisstore.Dial(redisstore.Config{Host: "127.0.0.1", Port: 6379})
+//	c, err := redisstore.NewClient(redisstore.Config{Host: "127.0.0.1", Port: 6379})
 //	...
 //	s, err := redisstore.New(c, redisstore.Options{Namespace: "api"})
 //	...
@@ -25,8 +25,10 @@
 // periodically (> 0), counting locally in between and pushing all hits of a
 // cycle in one pipeline.
 //
-// When Redis does not answer within Options.Timeout, decisions fall back to
-// local counters: callers never see an error for it. A circuit breaker
+// The client connects on first use: a store built while Redis is down
+// decides from its first call. When Redis does not answer within
+// Options.Timeout (connecting included), decisions fall back to local
+// counters: callers never see an error for it. A circuit breaker
 // keeps a dead server from being called again until a cool-down has
 // passed; state changes are logged once and reported to
 // Options.OnStateChange.
@@ -141,11 +143,13 @@ type Options struct {
 	OnStateChange func(from, to State, err error)
 }
 
-// Store is a ratelimit.Store backed by Redis. Create it with New; it is
-// safe for concurrent use. Closing it stops its goroutine but not the
-// Client, which other stores may share.
+// Store is a ratelimit.Store backed by Redis. Create it with New over a
+// shared Client, or with Open over a client of its own; it is safe for
+// concurrent use. Closing a store from New stops its goroutines but not
+// the Client, which other stores may share.
 type Store struct {
-	rc     rueidis.Client
+	c      *Client
+	owns   bool // Close closes c (Open)
 	opts   Options
 	tag    string // prefix + ":{" + length-prefixed namespace
 	local  *local
@@ -234,7 +238,7 @@ func New(c *Client, opts Options) (*Store, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Store{
-		rc:      c.rc,
+		c:       c,
 		opts:    opts,
 		tag:     opts.Prefix + ":{" + strconv.Itoa(len(opts.Namespace)) + ":" + opts.Namespace,
 		local:   newLocal(),
@@ -258,6 +262,24 @@ func New(c *Client, opts Options) (*Store, error) {
 			go s.batcher()
 		}
 	}
+	return s, nil
+}
+
+// Open returns a store for one namespace over a client of its own for
+// cfg, which Close closes: for a process that opens one namespace. Like
+// NewClient, it fails only for an unusable config or options, never
+// because Redis is down.
+func Open(cfg Config, opts Options) (*Store, error) {
+	c, err := NewClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s, err := New(c, opts)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	s.owns = true
 	return s, nil
 }
 
@@ -638,8 +660,12 @@ func (s *Store) Acquire(ctx context.Context, r ratelimit.LeaseRequest) (ratelimi
 func (s *Store) acquireRedis(ctx context.Context, r *ratelimit.LeaseRequest) (ratelimit.Lease, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
+	rc, err := s.c.conn(ctx)
+	if err != nil {
+		return ratelimit.Lease{}, err
+	}
 	args := []string{s.nowArg(r.Now), r.ID, strconv.FormatInt(r.Max, 10), strconv.FormatInt(int64(r.TTL/time.Microsecond), 10), s.minTTL()}
-	res, trips := acquireScript.exec(ctx, s.rc, []string{s.leaseKey(r.Key)}, args)
+	res, trips := acquireScript.exec(ctx, rc, []string{s.leaseKey(r.Key)}, args)
 	s.redisCalls.Add(uint64(trips))
 	vals, err := res.ToArray()
 	if err != nil {
@@ -679,9 +705,14 @@ func (s *Store) Release(ctx context.Context, key, id string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	res, trips := do(ctx, s.rc, func() rueidis.Completed { return s.rc.B().Zrem().Key(s.leaseKey(key)).Member(id).Build() })
+	rc, err := s.c.conn(ctx)
+	if err != nil {
+		s.unavailable(time.Now(), err)
+		return nil
+	}
+	res, trips := do(ctx, rc, func() rueidis.Completed { return rc.B().Zrem().Key(s.leaseKey(key)).Member(id).Build() })
 	s.redisCalls.Add(uint64(trips))
-	err := res.Error()
+	err = res.Error()
 	if err == nil {
 		s.br.success()
 		return nil
@@ -730,13 +761,17 @@ func (s *Store) Stats() Stats {
 	}
 }
 
-// Close stops the store's goroutine and waits for it. Later calls return
-// ratelimit.ErrClosed. The Client stays open.
+// Close stops the store's goroutines and waits for them. Later calls
+// return ratelimit.ErrClosed. A store from New leaves its Client open; a
+// store from Open closes its own.
 func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
 	close(s.stop)
 	s.wg.Wait()
+	if s.owns {
+		s.c.Close()
+	}
 	return nil
 }

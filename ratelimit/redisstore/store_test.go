@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
 	"github.com/seed-008287da/sluice/internal/testservers"
 	"github.com/seed-008287da/sluice/ratelimit"
 	"github.com/seed-008287da/sluice/ratelimit/ratelimittest"
@@ -19,12 +20,38 @@ import (
 // dial connects to cfg and closes the client when the test ends.
 func dial(t testing.TB, cfg Config) *Client {
 	t.Helper()
-	c, err := Dial(cfg)
+	c, err := connect(cfg)
 	if err != nil {
-		t.Fatalf("Dial: %v", err)
+		t.Fatalf("connecting: %v", err)
 	}
 	t.Cleanup(c.Close)
 	return c
+}
+
+// connect returns a client for cfg once it has connected, or the error
+// that kept it from connecting.
+func connect(cfg Config) (*Client, error) {
+	c, err := NewClient(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// rcOf returns c's connected rueidis client.
+func rcOf(t testing.TB, c *Client) rueidis.Client {
+	t.Helper()
+	rc, err := c.conn(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rc
 }
 
 func standalone(t testing.TB) (*testservers.RedisServer, *Client) {

@@ -375,6 +375,11 @@ const maxPushBatch = 256
 // push; items with no hits are only read. A counter that fails is reported
 // to fail; the others are merged.
 func (s *Store) push(ctx context.Context, items []syncItem, nowArg string, nowUs int64, members []string, fail func(error)) []string {
+	rc, err := s.c.conn(ctx)
+	if err != nil {
+		fail(err)
+		return members
+	}
 	var buckets []int
 	var wins []winPush
 	nowMs := floorDiv(nowUs, 1000)
@@ -394,24 +399,24 @@ func (s *Store) push(ctx context.Context, items []syncItem, nowArg string, nowUs
 	for wi := range wins {
 		ops = wins[wi].appendOps(ops, wi)
 	}
-	res, trips := doMulti(ctx, s.rc, len(calls)+len(ops), func(j int) rueidis.Completed {
+	res, trips := doMulti(ctx, rc, len(calls)+len(ops), func(j int) rueidis.Completed {
 		if j < len(calls) {
-			return syncScript.evalsha(s.rc, calls[j].keys, calls[j].args)
+			return syncScript.evalsha(rc, calls[j].keys, calls[j].args)
 		}
 		op := ops[j-len(calls)]
 		w := &wins[op.w]
 		switch op.k {
 		case opIncr:
-			return s.rc.B().Incrby().Key(w.hits[op.h].key).Increment(w.hits[op.h].d).Build()
+			return rc.B().Incrby().Key(w.hits[op.h].key).Increment(w.hits[op.h].d).Build()
 		case opExpire:
-			return s.rc.B().Pexpire().Key(w.hits[op.h].key).Milliseconds(w.hits[op.h].ttl).Build()
+			return rc.B().Pexpire().Key(w.hits[op.h].key).Milliseconds(w.hits[op.h].ttl).Build()
 		case opGetCur:
-			return s.rc.B().Get().Key(w.cur).Build()
+			return rc.B().Get().Key(w.cur).Build()
 		default:
-			return s.rc.B().Get().Key(w.prev).Build()
+			return rc.B().Get().Key(w.prev).Build()
 		}
 	})
-	trips += syncScript.rerunNoScript(ctx, s.rc, calls, res[:len(calls)])
+	trips += syncScript.rerunNoScript(ctx, rc, calls, res[:len(calls)])
 	s.redisCalls.Add(uint64(trips))
 
 	for ci, r := range res[:len(calls)] {
@@ -442,7 +447,7 @@ func (s *Store) push(ctx context.Context, items []syncItem, nowArg string, nowUs
 			s.local.merge(&items[k], storekit.Counter{Start: n[0], Cur: n[1], Prev: n[2]}, nowUs, 0)
 		}
 	}
-	s.mergeWindows(ctx, items, wins, ops, res[len(calls):], nowUs, fail)
+	s.mergeWindows(ctx, rc, items, wins, ops, res[len(calls):], nowUs, fail)
 	if members != nil {
 		// Every counter with hits, merged or not: a push that failed may
 		// have reached Redis, and others then read it once more for
@@ -592,7 +597,7 @@ func (wp *winPush) appendOps(ops []winOp, wi int) []winOp {
 // each counter's totals. A
 // counter whose second INCRBY failed takes its first back; windows created
 // by an INCRBY that carried no PEXPIRE are given their time to live.
-func (s *Store) mergeWindows(ctx context.Context, items []syncItem, wins []winPush, ops []winOp, res []rueidis.RedisResult, nowUs int64, fail func(error)) {
+func (s *Store) mergeWindows(ctx context.Context, rc rueidis.Client, items []syncItem, wins []winPush, ops []winOp, res []rueidis.RedisResult, nowUs int64, fail func(error)) {
 	type wres struct {
 		c, p   int64
 		err    error
@@ -655,8 +660,8 @@ func (s *Store) mergeWindows(ctx context.Context, items []syncItem, wins []winPu
 			for h := range wp.hits[:wp.nh] {
 				if o.incred[h] && !isUnavailable(o.err) {
 					hit := &wp.hits[h]
-					fix = append(fix, s.rc.B().Decrby().Key(hit.key).Decrement(hit.d).Build(),
-						s.rc.B().Pexpire().Key(hit.key).Milliseconds(hit.ttl).Build())
+					fix = append(fix, rc.B().Decrby().Key(hit.key).Decrement(hit.d).Build(),
+						rc.B().Pexpire().Key(hit.key).Milliseconds(hit.ttl).Build())
 					lateOf = append(lateOf, -1, -1)
 				}
 			}
@@ -669,7 +674,7 @@ func (s *Store) mergeWindows(ctx context.Context, items []syncItem, wins []winPu
 			} else if (hit.start == wp.s && o.c <= hit.d) || (hit.start == wp.s-wp.w && o.p <= hit.d) {
 				// Created (or recreated) by this INCRBY after this node
 				// had given the window its expiry.
-				fix = append(fix, s.rc.B().Pexpire().Key(hit.key).Milliseconds(hit.ttl).Build())
+				fix = append(fix, rc.B().Pexpire().Key(hit.key).Milliseconds(hit.ttl).Build())
 				lateOf = append(lateOf, wp.k)
 			}
 		}
@@ -694,7 +699,7 @@ func (s *Store) mergeWindows(ctx context.Context, items []syncItem, wins []winPu
 		}
 	}
 	if len(fix) > 0 {
-		for j, r := range s.rc.DoMulti(ctx, fix...) {
+		for j, r := range rc.DoMulti(ctx, fix...) {
 			if r.Error() != nil {
 				s.redisErrors.Add(1)
 				if k := lateOf[j]; k >= 0 {
@@ -730,10 +735,14 @@ const maxUnjournaled = 1 << 16
 // returns either full (read every counter) or the counters others pushed
 // since this node's previous call.
 func (s *Store) journal(ctx context.Context, now time.Time, nowArg string, members []string) (full bool, changed []string, err error) {
+	rc, err := s.c.conn(ctx)
+	if err != nil {
+		return false, nil, err
+	}
 	keys := []string{s.tag + "}:journal:log", s.tag + "}:journal:seq", s.tag + "}:journal:marks"}
 	retention := strconv.FormatInt(int64(max(journalRetention, 50*s.opts.SyncRate)/time.Millisecond), 10)
 	args := []string{nowArg, strconv.FormatInt(s.cursor, 10), s.epoch, retention, encodeMembers(members)}
-	res, trips := journalScript.execMulti(ctx, s.rc, []call{{keys: keys, args: args}})
+	res, trips := journalScript.execMulti(ctx, rc, []call{{keys: keys, args: args}})
 	s.redisCalls.Add(uint64(trips))
 	vals, err := res[0].ToArray()
 	if err != nil {
