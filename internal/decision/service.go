@@ -287,7 +287,11 @@ func (s *Service) openStore(sc StoreConfig) (ratelimit.Store, error) {
 	case "redis":
 		rc := sc.Redis
 		if rc.EnvoyLayout {
-			return openEnvoyStore(rc)
+			st, err := openEnvoyStore(rc)
+			if err != nil {
+				return nil, err
+			}
+			return st, nil
 		}
 		st, err := redisstore.Open(rc.Config, redisstore.Options{
 			Namespace:     rc.Namespace,
