@@ -111,11 +111,11 @@ func (k *keyAuth) Access(x *Exchange) error {
 		return nil // authenticated by an earlier auth plugin: logical OR
 	}
 	var key, name string
-	inHeader, dup := false, false
+	dup := false
 	for _, n := range k.names {
 		if k.inHeader {
 			if vs := x.ctx.Request.Header.PeekAll(n); len(vs) > 0 {
-				key, name, inHeader, dup = string(vs[0]), n, true, len(vs) > 1
+				key, name, dup = string(vs[0]), n, len(vs) > 1
 				break
 			}
 		}
@@ -149,9 +149,9 @@ func (k *keyAuth) Access(x *Exchange) error {
 		return nil
 	}
 	if k.hide {
-		if inHeader {
-			x.DelHeader(name)
-		} else {
+		// Kong clears the name from both the headers and the query.
+		x.DelHeader(name)
+		if x.HasQuery(name) {
 			x.DelQuery(name)
 		}
 	}
