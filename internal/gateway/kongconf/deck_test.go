@@ -199,3 +199,47 @@ plugins:
 		t.Errorf("plugin scope %+v", cfg.Plugins[0])
 	}
 }
+
+// TestVaultEntities: a vaults entry of the env vault gives references a
+// prefix of their own, with its config.prefix; other vault strategies are
+// refused by name.
+func TestVaultEntities(t *testing.T) {
+	const doc = `
+_format_version: "3.0"
+vaults:
+  - {name: env, prefix: team-secrets, description: team env, config: {prefix: TEAM_}}
+consumers:
+  - username: alice
+    keyauth_credentials:
+      - key: "{vault://team-secrets/alice-key}"
+      - key: "{vault://team-secrets/alice-key?prefix=OTHER_}"
+`
+	cfg, errs := decodeEnv(t, doc, map[string]string{"TEAM_ALICE_KEY": "k1", "OTHER_ALICE_KEY": "k2"})
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	if k := cfg.Consumers[0].KeyAuthKeys; k[0].Key != "k1" || k[1].Key != "k2" {
+		t.Errorf("keys %+v", k)
+	}
+	_, errs = decodeEnv(t, `
+_format_version: "3.0"
+vaults:
+  - {name: aws, prefix: aws-prod, config: {region: us-east-1}}
+  - {name: env, prefix: Bad_Prefix}
+consumers:
+  - username: alice
+    keyauth_credentials: [{key: "{vault://aws-prod/alice}"}]
+`, nil)
+	want := []string{
+		"vaults[0].name: vault 'aws' is not implemented by sluice (it implements env)",
+		"vaults[1].prefix: invalid value: Bad_Prefix",
+		"consumers[0].keyauth_credentials[0].key: vault reference to the 'aws-prod' vault ('aws' in vaults): sluice resolves only the env vault",
+	}
+	var got []string
+	for _, fe := range errs {
+		got = append(got, fe.Error())
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}

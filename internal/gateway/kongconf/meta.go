@@ -98,6 +98,62 @@ func (p *parser) meta(root *obj) {
 	if v == "1.1" || v == "2.1" {
 		migratePaths(root.m)
 	}
+	p.vaults(root)
+}
+
+var (
+	vaultPrefix    = regexp.MustCompile(`^[a-z][a-z0-9-]*[a-z0-9]$`)
+	envVaultPrefix = regexp.MustCompile(`^[A-Za-z_-][A-Za-z0-9_-]*$`)
+)
+
+// vaults validates the vaults entities; references to them were resolved
+// before parsing (refs.go). Only the env vault is implemented.
+func (p *parser) vaults(root *obj) {
+	seen := map[string]string{}
+	for i, v := range root.list("vaults") {
+		o := asObj(v, index("vaults", i), p.errs)
+		if o == nil {
+			continue
+		}
+		o.str("id")
+		o.str("description")
+		o.strList("tags")
+		timestamps(o)
+		prefix, name := o.str("prefix"), o.str("name")
+		switch {
+		case prefix == "":
+			p.errs.add(o.field("prefix"), "required field missing")
+		case !vaultPrefix.MatchString(prefix):
+			p.errs.add(o.field("prefix"), "invalid value: %s", prefix)
+		case prefix == "env":
+			p.errs.add(o.field("prefix"), "'env' is the env vault's own name; choose another prefix")
+		case seen[prefix] != "":
+			p.errs.add(o.field("prefix"), "duplicate vault prefix %q (also at %s)", prefix, seen[prefix])
+		default:
+			seen[prefix] = o.path
+		}
+		switch name {
+		case "":
+			p.errs.add(o.field("name"), "required field missing")
+		case "env":
+		default:
+			p.errs.add(o.field("name"), "vault '%s' is not implemented by sluice (it implements env)", name)
+		}
+		if cv, ok := o.get("config"); ok && name == "env" {
+			if co := asObj(cv, o.field("config"), p.errs); co != nil {
+				if cp := co.str("prefix"); cp != "" && !envVaultPrefix.MatchString(cp) {
+					p.errs.add(co.field("prefix"), "invalid value: %s", cp)
+				}
+				for _, f := range []string{"ttl", "neg_ttl", "resurrect_ttl"} {
+					// cache times of Kong's secret rotation; sluice reads
+					// the environment once per load
+					co.integer(f, 0, 0, 1<<31-1)
+				}
+				co.finish()
+			}
+		}
+		o.finish()
+	}
 }
 
 // applyDefaults fills the fields of d missing from each entity at path

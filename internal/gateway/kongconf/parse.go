@@ -58,7 +58,7 @@ func DecodeWith(data []byte, opts DecodeOptions) (*Config, Errors) {
 		}
 	}
 	refErrs := &errList{}
-	resolveRefs(&node, "", opts.LookupEnv, refErrs)
+	resolveRefs(&node, "", refEnv{lookup: opts.LookupEnv, vaults: scanVaults(&node)}, refErrs)
 	var doc any
 	if len(node.Content) > 0 {
 		if err := node.Decode(&doc); err != nil {

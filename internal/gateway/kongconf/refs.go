@@ -29,7 +29,7 @@ var deckEnvCall = regexp.MustCompile(`^env\s+"([^"]*)"\s*(?:\|\s*(toInt|toBool|t
 // each one that cannot be resolved at its field path. A plain (unquoted)
 // scalar that was a single substitution is typed again from its value, as
 // decK's rendering of the file text before parsing it gives.
-func resolveRefs(n *yaml.Node, path string, env LookupEnv, errs *errList) {
+func resolveRefs(n *yaml.Node, path string, env refEnv, errs *errList) {
 	switch n.Kind {
 	case yaml.DocumentNode:
 		for _, c := range n.Content {
@@ -55,7 +55,7 @@ func resolveRefs(n *yaml.Node, path string, env LookupEnv, errs *errList) {
 	}
 }
 
-func resolveScalar(n *yaml.Node, path string, env LookupEnv, errs *errList) {
+func resolveScalar(n *yaml.Node, path string, env refEnv, errs *errList) {
 	v := n.Value
 	if strings.Contains(v, "${{") {
 		whole := false
@@ -65,7 +65,7 @@ func resolveScalar(n *yaml.Node, path string, env LookupEnv, errs *errList) {
 		failed := false
 		out := deckTemplate.ReplaceAllStringFunc(v, func(t string) string {
 			inner := deckTemplate.FindStringSubmatch(t)[1]
-			s, err := deckEnv(inner, env)
+			s, err := deckEnv(inner, env.lookup)
 			if err != nil {
 				errs.add(path, "%s", err)
 				failed = true
@@ -95,6 +95,62 @@ func resolveScalar(n *yaml.Node, path string, env LookupEnv, errs *errList) {
 		}
 		n.Value, n.Tag, n.Style = s, "!!str", yaml.DoubleQuotedStyle
 	}
+}
+
+// refEnv is what references resolve against: the environment and the
+// file's vaults entities by prefix.
+type refEnv struct {
+	lookup LookupEnv
+	vaults map[string]vaultEntity
+}
+
+// vaultEntity is one entry of vaults: a named configuration of a vault
+// strategy (name), referenced as {vault://<prefix>/...}.
+type vaultEntity struct {
+	name   string
+	prefix string // the env vault's config.prefix
+}
+
+// scanVaults reads the prefix, name and config.prefix of each vaults
+// entry, before references are resolved; the parser validates the
+// entries.
+func scanVaults(doc *yaml.Node) map[string]vaultEntity {
+	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
+		doc = doc.Content[0]
+	}
+	if doc.Kind != yaml.MappingNode {
+		return nil
+	}
+	get := func(m *yaml.Node, key string) *yaml.Node {
+		if m.Kind != yaml.MappingNode {
+			return nil
+		}
+		for i := 0; i+1 < len(m.Content); i += 2 {
+			if m.Content[i].Value == key {
+				return m.Content[i+1]
+			}
+		}
+		return nil
+	}
+	list := get(doc, "vaults")
+	if list == nil || list.Kind != yaml.SequenceNode {
+		return nil
+	}
+	out := map[string]vaultEntity{}
+	for _, e := range list.Content {
+		p, n := get(e, "prefix"), get(e, "name")
+		if p == nil || n == nil || p.Kind != yaml.ScalarNode || n.Kind != yaml.ScalarNode {
+			continue
+		}
+		v := vaultEntity{name: n.Value}
+		if c := get(e, "config"); c != nil {
+			if cp := get(c, "prefix"); cp != nil && cp.Kind == yaml.ScalarNode && cp.Tag != "!!null" {
+				v.prefix = cp.Value
+			}
+		}
+		out[p.Value] = v
+	}
+	return out
 }
 
 // deckEnv evaluates the inside of one ${{ }}: env "DECK_X" and the
@@ -150,13 +206,22 @@ func isVaultRef(s string) bool {
 // environment variable upper(P + resource) with "-" as "_" (with
 // "_PREVIOUS" appended for version 2), and with a key takes that string
 // field of the variable's JSON object value. Other vaults are an error.
-func vaultEnv(ref string, env LookupEnv) (string, error) {
+func vaultEnv(ref string, renv refEnv) (string, error) {
+	env := renv.lookup
 	u, err := url.Parse(ref[1 : len(ref)-1])
 	if err != nil || u.Host == "" {
 		return "", fmt.Errorf("invalid vault reference %q", ref)
 	}
+	prefix := ""
 	if u.Host != "env" {
-		return "", fmt.Errorf("vault reference to the '%s' vault: sluice resolves only the env vault ({vault://env/NAME})", u.Host)
+		v, ok := renv.vaults[u.Host]
+		switch {
+		case !ok:
+			return "", fmt.Errorf("vault reference to the '%s' vault: sluice resolves only the env vault ({vault://env/NAME}, or a vaults entry of it)", u.Host)
+		case v.name != "env":
+			return "", fmt.Errorf("vault reference to the '%s' vault ('%s' in vaults): sluice resolves only the env vault", u.Host, v.name)
+		}
+		prefix = v.prefix
 	}
 	resource := strings.TrimPrefix(u.Path, "/")
 	if resource == "" {
@@ -179,7 +244,10 @@ func vaultEnv(ref string, env LookupEnv) (string, error) {
 			return "", fmt.Errorf("vault reference %q: the env vault has no option %q (only prefix)", ref, k)
 		}
 	}
-	name := strings.ToUpper(strings.ReplaceAll(q.Get("prefix")+resource, "-", "_"))
+	if q.Has("prefix") {
+		prefix = q.Get("prefix") // the reference's own config wins, as in Kong
+	}
+	name := strings.ToUpper(strings.ReplaceAll(prefix+resource, "-", "_"))
 	if version == 2 {
 		name += "_PREVIOUS"
 	}
