@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"fmt"
+	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -197,5 +199,39 @@ services:
 	// 20 decisions since the store opened, times 0.1 s.
 	if want := 20 / before.Sub(st.Opened).Seconds() * 0.1; !ok || budget <= 0 || budget > want*1.01 {
 		t.Errorf("budget %v (%v), want in (0, %v]", budget, ok, want)
+	}
+}
+
+// TestStreamedBytes: a chunked upstream body, streamed to the client, is
+// counted as sent, in the metric and the access log.
+func TestStreamedBytes(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for range 3 {
+			_, _ = w.Write([]byte("abcd"))
+			w.(http.Flusher).Flush() // chunked: no Content-Length
+		}
+	}))
+	t.Cleanup(up.Close)
+	var logs syncBuffer
+	g, base := startGateway(t, withUpstream(`
+_format_version: "3.0"
+services: [{name: svc, url: UPSTREAM, routes: [{name: stream, paths: [/]}]}]
+`, up), Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil)), AccessLog: true})
+	if r := do(t, "GET", base+"/", nil); r.status != 200 || r.body != "abcdabcdabcd" {
+		t.Fatalf("%d %q", r.status, r.body)
+	}
+	// The log phase of a streamed body runs once it is sent.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(logs.String(), `"msg":"access"`) {
+		if time.Now().After(deadline) {
+			t.Fatal("no access line")
+		}
+		<-time.After(10 * time.Millisecond) // poll interval, bounded by the deadline
+	}
+	if n := testutil.ToFloat64(g.Metrics().bytesOut.WithLabelValues("stream", "svc")); n != 12 {
+		t.Errorf("response bytes %v, want 12", n)
+	}
+	if l := accessLines(t, logs.String())[0]; l["bytes_out"] != float64(12) {
+		t.Errorf("bytes_out %v, want 12", l["bytes_out"])
 	}
 }
