@@ -2,12 +2,15 @@ package decision
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/seed-008287da/sluice/internal/testservers"
 )
 
 // A file using every field of envoyproxy/ratelimit's format loads.
@@ -304,4 +307,31 @@ descriptors:
 			t.Errorf("countDenied %v: one more after the denied 8: %v, want %v", tc.countDenied, got, tc.after)
 		}
 	}
+}
+
+// The same envoyproxy/ratelimit cases on a real redis-server: quotas,
+// shared wildcard thresholds and check-only calls decide alike.
+func TestPeerCasesOnRedis(t *testing.T) {
+	r := testservers.Redis(t, testservers.RedisOptions{})
+	store := fmt.Sprintf("store:\n  type: redis\n  redis: {host: %s, port: %d, clock: service, timeout: 2s}\n", r.Host(), r.Port())
+	s, err := Open(mustParse(t, store+peerFields), newClock(t0).opts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c, _ := serveGRPC(t, s)
+	billing, search := desc("service", "billing"), desc("service", "search")
+	check := desc("plain", "x")
+	check.HitsAddend = wrapperspb.UInt64(0)
+	runSteps(t, c, []step{
+		{"files/a", request("shop", desc("path", "files/a.pdf")), OK, codes_(OK), []uint32{1}, nil},
+		{"files/b", request("shop", desc("path", "files/b.csv")), OK, codes_(OK), []uint32{0}, nil},
+		{"files/c", request("shop", desc("path", "files/c.txt")), OVER, codes_(OVER), nil, nil},
+		{"billing 1", request("shop", billing), OK, codes_(OK), nil, nil},
+		{"billing over, search within", request("shop", billing, search), OK, codes_(OVER, OK), nil, nil},
+		{"both over", request("shop", billing, search), OVER, codes_(OVER, OVER), nil, nil},
+		{"check", request("shop", check), OK, codes_(OK), []uint32{3}, nil},
+		{"hit", request("shop", desc("plain", "x")), OK, codes_(OK), []uint32{2}, nil},
+		{"check after", request("shop", check), OK, codes_(OK), []uint32{2}, nil},
+	})
 }
