@@ -23,7 +23,8 @@ pkg=$1; shift
 N=${N:-50000}
 WORK=$(mktemp -d /tmp/sluice-instr.XXXXXX)
 trap 'rm -rf "$WORK"' EXIT
-go test -c -o "$WORK/bench.test" "$pkg"
+# go -C builds in the package's directory, so that bench/ (its own module) builds too.
+go -C "$pkg" test -c -o "$WORK/bench.test" .
 count() { # BENCH ITERATIONS -> instructions inside the benchmark function
   rm -f "$WORK"/cg.*
   toggle="--toggle-collect=*.$1"
