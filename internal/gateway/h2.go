@@ -63,7 +63,6 @@ func (g *Gateway) serveH2(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx.Init2(h2Conn{tc}, nil, false)
 	req := &ctx.Request
-	req.Header.DisableNormalizing()
 	req.Header.SetMethod(r.Method)
 	req.SetRequestURI(r.RequestURI)
 	req.Header.SetHost(r.Host)

@@ -457,3 +457,46 @@ certificates:
 		t.Errorf("without ca_certificates (system roots): %d %q, want 502", r.status, r.body)
 	}
 }
+
+// TestHTTP2Plugins: plugins read HTTP/2 requests as HTTP/1.1 ones (header
+// names arrive lower case): key-auth finds its key, rate-limiting headers
+// go out.
+func TestHTTP2Plugins(t *testing.T) {
+	up := echoUpstream(t)
+	ca := newTestCA(t)
+	c, k := ca.issue(t, "h2", "h2.test")
+	cfg := fmt.Sprintf(`_format_version: "3.0"
+services:
+- name: s
+  url: %s
+  routes:
+  - name: r
+    paths: ["/"]
+    plugins:
+    - name: key-auth
+consumers:
+- username: alice
+  keyauth_credentials: [{key: alice-key}]
+certificates:
+%s`, up.URL, certEntry(c, k, "h2.test"))
+	_, addr, _ := startTLSGateway(t, cfg, Options{})
+	cl := h2Client(ca.pool, "h2.test")
+	res, body, err := get(t, cl, "https://"+addr+"/", map[string]string{"apikey": "alice-key"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.ProtoMajor != 2 || res.StatusCode != 200 {
+		t.Fatalf("with the key over HTTP/2: %s %d %s", res.Proto, res.StatusCode, body)
+	}
+	var e echoed
+	if err := json.Unmarshal([]byte(body), &e); err != nil || e.Headers["x-consumer-username"] != "alice" {
+		t.Errorf("upstream saw %+v (%v)", e, err)
+	}
+	res, body, err = get(t, cl, "https://"+addr+"/", map[string]string{"apikey": "wrong"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != 401 {
+		t.Errorf("a wrong key over HTTP/2: %d %s", res.StatusCode, body)
+	}
+}
