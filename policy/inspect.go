@@ -436,9 +436,15 @@ func (c *Concurrency) Info() Info {
 		Limits: []LimitInfo{{Limit: c.max}}, Store: c.reg.storeState(c.key, c.store)}
 }
 
-// leaseKey is the lease key of an identifier value.
-func (c *Concurrency) leaseKey(identifier string) string {
-	return ratelimit.Key(string(c.ident), identifier)
+// leaseKeys are the lease keys an identifier value can be held under: the
+// configured identifier's and, unless it is ip, the client IP's, where a
+// request without the identifier is counted (Top lists both by value).
+func (c *Concurrency) leaseKeys(identifier string) []string {
+	keys := []string{ratelimit.Key(string(c.ident), identifier)}
+	if c.ident != ByIP {
+		keys = append(keys, ratelimit.Key(string(ByIP), identifier))
+	}
+	return keys
 }
 
 func leaseInspector(s Store) (ratelimit.LeaseInspector, error) {
@@ -449,9 +455,21 @@ func leaseInspector(s Store) (ratelimit.LeaseInspector, error) {
 	return in, nil
 }
 
-// Counter returns the leases held by an identifier value.
+// Counter returns the leases held by an identifier value, as Top lists
+// it: under the configured identifier or, when it holds none, under the
+// client IP a request without the identifier falls back to.
 func (c *Concurrency) Counter(ctx context.Context, identifier string, now time.Time) (Counter, error) {
-	return c.counter(ctx, identifier, c.leaseKey(identifier), now)
+	var first Counter
+	for i, key := range c.leaseKeys(identifier) {
+		cnt, err := c.counter(ctx, identifier, key, now)
+		if err != nil || len(cnt.Leases) > 0 {
+			return cnt, err
+		}
+		if i == 0 {
+			first = cnt
+		}
+	}
+	return first, nil
 }
 
 func (c *Concurrency) counter(ctx context.Context, identifier, key string, now time.Time) (Counter, error) {
@@ -473,14 +491,18 @@ func (c *Concurrency) counter(ctx context.Context, identifier, key string, now t
 	return out, nil
 }
 
-// Reset drops every lease of an identifier value.
+// Reset drops every lease of an identifier value: those under the
+// configured identifier and those under the client IP fallback (see
+// Counter).
 func (c *Concurrency) Reset(ctx context.Context, identifier string, _ time.Time) error {
 	in, err := leaseInspector(c.store)
 	if err != nil {
 		return err
 	}
-	if err := in.ResetLeases(ctx, c.leaseKey(identifier)); err != nil {
-		return fmt.Errorf("policy: resetting leases of namespace %q: %w", c.key.namespace, err)
+	for _, key := range c.leaseKeys(identifier) {
+		if err := in.ResetLeases(ctx, key); err != nil {
+			return fmt.Errorf("policy: resetting leases of namespace %q: %w", c.key.namespace, err)
+		}
 	}
 	return nil
 }

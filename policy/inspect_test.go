@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/seed-008287da/sluice/ratelimit"
 )
 
 func TestAdvancedInspectExplainReset(t *testing.T) {
@@ -125,6 +127,52 @@ func TestConcurrencyInspectReset(t *testing.T) {
 	}
 	if res, _ := c.Acquire(ctx, r); !res.Allowed {
 		t.Fatal("denied after Reset")
+	}
+}
+
+// A request without the configured identifier is counted under its client
+// IP; Top lists the IP, and Counter and Reset find it there.
+func TestConcurrencyInspectIPFallback(t *testing.T) {
+	ctx := context.Background()
+	reg := newRegistry(t, RegistryOptions{})
+	limit := int64(1)
+	c, err := NewConcurrency(&ConcurrencyConfig{Limit: &limit, Identifier: "header", HeaderName: "X-Tenant"}, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	anon := &Request{ClientIP: "10.0.0.9", Now: at(0)}
+	tenant := &Request{ClientIP: "10.0.0.9", Header: func(n string) string { return map[string]string{"X-Tenant": "acme"}[n] }, Now: at(0)}
+	for _, r := range []*Request{anon, anon, tenant} {
+		if _, err := c.Acquire(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	top := c.Top(anon.Now, TopByDenied, 5)
+	if len(top) != 1 || top[0].Identifier != "10.0.0.9" || top[0].Denied != 1 {
+		t.Fatalf("Top = %+v; want 10.0.0.9 with one denial", top)
+	}
+	cnt, err := c.Counter(ctx, "10.0.0.9", anon.Now)
+	if err != nil || len(cnt.Leases) != 1 || cnt.Key != ratelimit.Key("ip", "10.0.0.9") {
+		t.Fatalf("Counter(10.0.0.9) = %+v, %v; want one lease under ip:10.0.0.9", cnt, err)
+	}
+	if cnt, err := c.Counter(ctx, "acme", anon.Now); err != nil || len(cnt.Leases) != 1 || cnt.Key != ratelimit.Key("header", "acme") {
+		t.Fatalf("Counter(acme) = %+v, %v; want one lease under header:acme", cnt, err)
+	}
+	if cnt, err := c.Counter(ctx, "nobody", anon.Now); err != nil || !cnt.Empty() || cnt.Key != ratelimit.Key("header", "nobody") {
+		t.Fatalf("Counter(nobody) = %+v, %v; want empty under header:nobody", cnt, err)
+	}
+	if err := c.Reset(ctx, "10.0.0.9", anon.Now); err != nil {
+		t.Fatal(err)
+	}
+	if cnt, err := c.Counter(ctx, "10.0.0.9", anon.Now); err != nil || !cnt.Empty() {
+		t.Fatalf("Counter after Reset = %+v, %v", cnt, err)
+	}
+	if res, _ := c.Acquire(ctx, anon); !res.Allowed {
+		t.Fatal("request without the header denied after Reset")
+	}
+	if cnt, _ := c.Counter(ctx, "acme", anon.Now); len(cnt.Leases) != 1 {
+		t.Fatalf("Reset of the IP dropped another identifier's lease: %+v", cnt)
 	}
 }
 
