@@ -86,7 +86,10 @@ func (a *acl) Access(x *Exchange) error {
 		a.forbid(x)
 		return nil
 	}
-	if !a.hide {
+	if a.hide {
+		// Nor the consumer groups an auth plugin sent.
+		x.DelHeader("X-Consumer-Groups")
+	} else {
 		// An empty value when the consumer has no groups, as Kong sends.
 		x.SetUpstreamHeader("X-Consumer-Groups", strings.Join(names, ", "))
 	}

@@ -186,7 +186,8 @@ func TestDeckDump(t *testing.T) {
 		r = do(t, "GET", base+"/billing", map[string]string{"Host": host, "Authorization": basic("alice", "alice-pw")})
 		check(t, "alice", r, 200, "", nil)
 		e := r.echoed(t)
-		if e.Headers["x-credential-identifier"] != "alice" || e.Headers["x-consumer-username"] != "alice" || e.Headers["authorization"] != "" {
+		// acl's hide_groups_header: no X-Consumer-Groups upstream.
+		if e.Headers["x-credential-identifier"] != "alice" || e.Headers["x-consumer-username"] != "alice" || e.Headers["authorization"] != "" || e.Headers["x-consumer-groups"] != "" {
 			t.Errorf("upstream headers %v", e.Headers)
 		}
 		r = do(t, "GET", base+"/billing", map[string]string{"Host": host, "Proxy-Authorization": basic("alice-batch", "alice-pw")})
