@@ -36,30 +36,43 @@ type takeCall struct {
 	slot   uint16
 	now    time.Time
 
-	// Plain commands (incr.go): per counter the key of the window of now,
-	// its time to live in ms, whether to send it (PEXPIRE), and the
-	// previous window's key ("" when no limit is sliding); of maps each
-	// limit to its counter (limits of one window share one).
-	// pv holds, for a counter whose previous window is not read (prev
-	// ""), its count (0 for a fixed window); final flags the previous
-	// windows read once they could no longer change (see prevGrace).
-	plain     bool
-	cost      int64
-	cur, prev []string
-	ttl       []int64
-	expire    []bool
-	of        []int
-	pv        []int64
-	final     []bool
-	curBuf    [4]string
-	prevBuf   [4]string
-	ttlBuf    [4]int64
-	expireBuf [4]bool
-	ofBuf     [4]int
-	pvBuf     [4]int64
-	finalBuf  [4]bool
+	// Plain commands (incr.go): ctrs holds the commands of each counter,
+	// of maps each limit to its counter (limits of one window share one).
+	plain  bool
+	cost   int64
+	ctrs   []plainCounter
+	of     []int
+	ctrBuf [4]plainCounter
+	ofBuf  [4]int
 
 	done chan takeResult // buffered: a batcher never blocks on it
+}
+
+// plainCounter is one counter of a plain call: the key of the window of
+// now and its time to live in ms, whether to send PEXPIRE, and the
+// previous window's key ("" when no limit is sliding or its count is
+// known). pv is that count when the previous window is not read (0 for a
+// fixed window); final flags a previous window read once it could no
+// longer change (see prevGrace).
+type plainCounter struct {
+	cur, prev string
+	ttl       int64
+	expire    bool
+	pv        int64
+	final     bool
+}
+
+// cmds returns the number of plain commands of the counter: INCRBY, then
+// PEXPIRE and GET when sent.
+func (pc *plainCounter) cmds() int {
+	n := 1
+	if pc.expire {
+		n++
+	}
+	if pc.prev != "" {
+		n++
+	}
+	return n
 }
 
 // callPool recycles takeCalls that were answered; a call whose caller
@@ -70,8 +83,7 @@ var callPool = sync.Pool{New: func() any { return &takeCall{done: make(chan take
 // newCall returns a cleared call from the pool.
 func newCall() *takeCall {
 	c := callPool.Get().(*takeCall)
-	c.cur, c.prev, c.ttl, c.expire, c.of = c.curBuf[:0], c.prevBuf[:0], c.ttlBuf[:0], c.expireBuf[:0], c.ofBuf[:0]
-	c.pv, c.final = c.pvBuf[:0], c.finalBuf[:0]
+	c.ctrs, c.of = c.ctrBuf[:0], c.ofBuf[:0]
 	return c
 }
 
@@ -84,21 +96,8 @@ func free(c *takeCall) {
 // ncmds returns the number of plain commands of c.
 func (c *takeCall) ncmds() int {
 	n := 0
-	for u := range c.cur {
-		n += c.cmdsOf(u)
-	}
-	return n
-}
-
-// cmdsOf returns the number of plain commands of counter u of c: INCRBY,
-// then PEXPIRE and GET when sent.
-func (c *takeCall) cmdsOf(u int) int {
-	n := 1
-	if c.expire[u] {
-		n++
-	}
-	if c.prev[u] != "" {
-		n++
+	for u := range c.ctrs {
+		n += c.ctrs[u].cmds()
 	}
 	return n
 }
@@ -253,12 +252,12 @@ func (s *Store) runBatch(batch []*takeCall) {
 	}
 	ops := make([]plainOp, 0, nplain)
 	for _, c := range plains {
-		for i := range c.cur {
+		for i := range c.ctrs {
 			ops = append(ops, plainOp{c, i, 0})
-			if c.expire[i] {
+			if c.ctrs[i].expire {
 				ops = append(ops, plainOp{c, i, 1})
 			}
-			if c.prev[i] != "" {
+			if c.ctrs[i].prev != "" {
 				ops = append(ops, plainOp{c, i, 2})
 			}
 		}
@@ -282,11 +281,11 @@ func (s *Store) runBatch(batch []*takeCall) {
 		c := op.c
 		switch op.k {
 		case 0:
-			return rc.B().Incrby().Key(c.cur[op.i]).Increment(c.cost).Build()
+			return rc.B().Incrby().Key(c.ctrs[op.i].cur).Increment(c.cost).Build()
 		case 1:
-			return rc.B().Pexpire().Key(c.cur[op.i]).Milliseconds(c.ttl[op.i]).Build()
+			return rc.B().Pexpire().Key(c.ctrs[op.i].cur).Milliseconds(c.ctrs[op.i].ttl).Build()
 		default:
-			return rc.B().Get().Key(c.prev[op.i]).Build()
+			return rc.B().Get().Key(c.ctrs[op.i].prev).Build()
 		}
 	})
 	trips += takeScript.rerunNoScript(ctx, rc, calls, res[:len(calls)])
@@ -427,6 +426,6 @@ func (s *Store) decodeTake(r *ratelimit.Request, vals []rueidis.RedisMessage) (r
 	if d.Allowed != (ints[0] == 1) {
 		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua decided allowed=%v but storekit.Apply %v for %q", ErrBadReply, ints[0] == 1, d.Allowed, r.Key)
 	}
-	s.local.put(r, cs, nil, nil, nil)
+	s.local.put(r, cs, nil, nil)
 	return d, nil
 }

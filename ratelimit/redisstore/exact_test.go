@@ -56,7 +56,6 @@ func exactness(t *testing.T, c *Client, scriptWindows bool) {
 	}
 	for i := range stores {
 		stores[i] = newStore(t, c, Options{Namespace: ns, CallerClock: true, ManualSync: true, Timeout: 10 * time.Second, Strict: true})
-		stores[i].scriptWindows = scriptWindows
 	}
 	ctx := context.Background()
 
@@ -65,7 +64,7 @@ func exactness(t *testing.T, c *Client, scriptWindows bool) {
 		for w := range 3 { // three windows, each hammered at one instant inside it
 			now := ratelimittest.At(time.Duration(w)*time.Minute + 30*time.Second)
 			got := hammer(t, stores, 6, func(s *Store, _, _ int) (bool, error) {
-				d, err := s.Take(ctx, ratelimit.Request{Key: "fixed", Limits: lim, Now: now})
+				d, err := via(s, scriptWindows).Take(ctx, ratelimit.Request{Key: "fixed", Limits: lim, Now: now})
 				return d.Allowed, err
 			})
 			if got != 1000 {
@@ -83,7 +82,7 @@ func exactness(t *testing.T, c *Client, scriptWindows bool) {
 		now := ratelimittest.At(10*time.Minute + time.Second)
 		hammer(t, stores, keys, func(s *Store, g, i int) (bool, error) {
 			k := (g*7 + i) % keys
-			d, err := s.Take(ctx, ratelimit.Request{Key: "many-" + strconv.Itoa(k), Limits: lim, Now: now})
+			d, err := via(s, scriptWindows).Take(ctx, ratelimit.Request{Key: "many-" + strconv.Itoa(k), Limits: lim, Now: now})
 			if d.Allowed {
 				admitted[k].Add(1)
 			}
@@ -104,7 +103,7 @@ func exactness(t *testing.T, c *Client, scriptWindows bool) {
 		for p, w := range want {
 			now := ratelimittest.At(time.Hour + time.Duration(p)*100*time.Millisecond)
 			got := hammer(t, stores, 1, func(s *Store, _, _ int) (bool, error) {
-				d, err := s.Take(ctx, ratelimit.Request{Key: "bucket", Limits: lim, Now: now})
+				d, err := via(s, scriptWindows).Take(ctx, ratelimit.Request{Key: "bucket", Limits: lim, Now: now})
 				return d.Allowed, err
 			})
 			if got != w {

@@ -35,7 +35,7 @@ func (tr *transitions) String() string {
 	return strings.Join(tr.got, " ")
 }
 
-func take(t *testing.T, s *Store, r ratelimit.Request) ratelimit.Decision {
+func take(t *testing.T, s ratelimit.Store, r ratelimit.Request) ratelimit.Decision {
 	t.Helper()
 	d, err := s.Take(context.Background(), r)
 	if err != nil {

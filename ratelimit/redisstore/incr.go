@@ -100,36 +100,31 @@ func (s *Store) takeIncr(ctx context.Context, r *ratelimit.Request) (ratelimit.D
 		u := sharedCounter(r.Limits[:i], storekit.CounterID(*l))
 		sliding := l.Algorithm == ratelimit.SlidingWindow
 		if u < 0 {
-			u = len(c.cur)
+			u = len(c.ctrs)
 			cur, prev := s.windowKeys(r.Key, storekit.CounterID(*l), start, w, sliding)
-			c.cur = append(c.cur, cur)
-			c.ttl = append(c.ttl, max(start+2*w-nowMs+windowSlack.Milliseconds(), minTTL, 1))
-			c.prev = append(c.prev, prev)
+			c.ctrs = append(c.ctrs, plainCounter{cur: cur, prev: prev, ttl: max(start+2*w-nowMs+windowSlack.Milliseconds(), minTTL, 1)})
 		} else {
 			u = c.of[u]
-			if sliding && c.prev[u] == "" {
-				_, c.prev[u] = s.windowKeys(r.Key, storekit.CounterID(*l), start, w, true)
+			if pc := &c.ctrs[u]; sliding && pc.prev == "" {
+				_, pc.prev = s.windowKeys(r.Key, storekit.CounterID(*l), start, w, true)
 			}
 		}
 		c.of = append(c.of, u)
 	}
-	n := len(c.cur)
-	c.expire = append(c.expire[:0], make([]bool, n)...)
-	c.pv = append(c.pv[:0], make([]int64, n)...)
-	c.final = append(c.final[:0], make([]bool, n)...)
 	var knownBuf [4]bool
-	known := append(knownBuf[:0], make([]bool, n)...)
-	s.local.lookup(r, c.of, cs, c.expire, known, c.pv)
+	known := append(knownBuf[:0], make([]bool, len(c.ctrs))...)
+	s.local.lookup(r, c.of, cs, c.ctrs, known)
 	for i := range r.Limits {
 		u := c.of[i]
-		if c.prev[u] == "" {
+		pc := &c.ctrs[u]
+		if pc.prev == "" {
 			continue
 		}
 		if known[u] {
-			c.prev[u] = "" // final, and this node has read it
+			pc.prev = "" // final, and this node has read it
 		} else {
 			w := int64(r.Limits[i].Window / time.Millisecond)
-			c.final[u] = nowMs-cs[i].Start >= prevGrace(w)
+			pc.final = nowMs-cs[i].Start >= prevGrace(w)
 		}
 	}
 	res, answered := s.submit(ctx, c)
@@ -176,10 +171,10 @@ func (s *Store) abandon(c *takeCall) {
 	var takeBuf [4]bool
 	take := takeBuf[:0]
 	j := 0
-	for u := range c.cur {
+	for u := range c.ctrs {
 		_, err := res.res[j].AsInt64()
 		take = append(take, err == nil)
-		j += c.cmdsOf(u)
+		j += c.ctrs[u].cmds()
 	}
 	s.undo(context.Background(), c, take)
 	free(c)
@@ -196,30 +191,31 @@ func (s *Store) decideIncr(ctx context.Context, r *ratelimit.Request, c *takeCal
 	incremented, late := incrBuf[:0], lateBuf[:0]
 	var failed error
 	j := 0
-	for u := range c.cur {
+	for u := range c.ctrs {
+		pc := &c.ctrs[u]
 		v, err := res[j].AsInt64()
 		incremented = append(incremented, err == nil)
 		if err != nil && failed == nil {
-			failed = replyErr("INCRBY "+c.cur[u], err)
+			failed = replyErr("INCRBY "+pc.cur, err)
 		}
 		// A count at most the cost was created by this INCRBY (or
 		// recreated, after an eviction or a restart, possibly by a
 		// DECRBY): a key this node thought had its expiry needs it now.
-		late = append(late, err == nil && !c.expire[u] && v <= c.cost)
+		late = append(late, err == nil && !pc.expire && v <= c.cost)
 		// A count below zero (a take-back that landed after its key
 		// vanished) counts as zero.
 		curs = append(curs, max(v-c.cost, 0))
 		j++
-		if c.expire[u] {
+		if pc.expire {
 			if err := res[j].Error(); err != nil && failed == nil {
-				failed = replyErr("PEXPIRE "+c.cur[u], err)
+				failed = replyErr("PEXPIRE "+pc.cur, err)
 			}
 			j++
 		}
-		p := c.pv[u]
-		if c.prev[u] != "" {
+		p := pc.pv
+		if pc.prev != "" {
 			var err error
-			if p, err = readCount(res[j], c.prev[u]); err != nil && failed == nil {
+			if p, err = readCount(res[j], pc.prev); err != nil && failed == nil {
 				failed = err
 			}
 			j++
@@ -246,7 +242,7 @@ func (s *Store) decideIncr(ctx context.Context, r *ratelimit.Request, c *takeCal
 		}
 		s.undo(ctx, c, incremented)
 	}
-	s.local.put(r, cs, c.of, c.expire, c.final)
+	s.local.put(r, cs, c.of, c.ctrs)
 	return d, nil
 }
 
@@ -291,7 +287,7 @@ func (s *Store) followUp(ctx context.Context) (context.Context, context.CancelFu
 	return context.WithTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
 }
 
-// expireLate gives the windows c.cur[u] with late[u] set their time to
+// expireLate gives the windows c.ctrs[u].cur with late[u] set their time to
 // live, in one pipeline. A window whose PEXPIRE fails is forgotten as
 // given one, so that the next decision sends it again.
 func (s *Store) expireLate(ctx context.Context, r *ratelimit.Request, c *takeCall, late []bool) {
@@ -308,7 +304,8 @@ func (s *Store) expireLate(ctx context.Context, r *ratelimit.Request, c *takeCal
 		return
 	}
 	res, trips := doMulti(ctx, rc, len(idx), func(j int) rueidis.Completed {
-		return rc.B().Pexpire().Key(c.cur[idx[j]]).Milliseconds(c.ttl[idx[j]]).Build()
+		pc := &c.ctrs[idx[j]]
+		return rc.B().Pexpire().Key(pc.cur).Milliseconds(pc.ttl).Build()
 	})
 	s.redisCalls.Add(uint64(trips))
 	for j, res := range res {
@@ -316,7 +313,7 @@ func (s *Store) expireLate(ctx context.Context, r *ratelimit.Request, c *takeCal
 			s.redisErrors.Add(1)
 			for i, u := range c.of {
 				if u == idx[j] {
-					c.expire[u] = false // put must not mark it
+					c.ctrs[u].expire = false // put must not mark it
 					s.local.unmarkExpired(r.Key, storekit.CounterID(r.Limits[i]))
 				}
 			}
@@ -324,7 +321,7 @@ func (s *Store) expireLate(ctx context.Context, r *ratelimit.Request, c *takeCal
 	}
 }
 
-// undo takes c's cost back from the windows c.cur[u] with take[u] set, in
+// undo takes c's cost back from the windows c.ctrs[u].cur with take[u] set, in
 // one pipeline, each with its PEXPIRE: should the key have vanished since
 // the INCRBY, the DECRBY creates it again and it must still expire. A
 // failure leaves those counts one call too high until their window ends,
@@ -343,11 +340,11 @@ func (s *Store) undo(ctx context.Context, c *takeCall, take []bool) {
 		return
 	}
 	res, trips := doMulti(ctx, rc, 2*len(idx), func(j int) rueidis.Completed {
-		u := idx[j/2]
+		pc := &c.ctrs[idx[j/2]]
 		if j%2 == 0 {
-			return rc.B().Decrby().Key(c.cur[u]).Decrement(c.cost).Build()
+			return rc.B().Decrby().Key(pc.cur).Decrement(c.cost).Build()
 		}
-		return rc.B().Pexpire().Key(c.cur[u]).Milliseconds(c.ttl[u]).Build()
+		return rc.B().Pexpire().Key(pc.cur).Milliseconds(pc.ttl).Build()
 	})
 	s.redisCalls.Add(uint64(trips))
 	for _, r := range res {

@@ -102,7 +102,7 @@ func (s *Store) takeKong(ctx context.Context, r *ratelimit.Request) (ratelimit.D
 	}
 	s.record(r.Now, nil)
 	d := storekit.Apply(r, cs)
-	s.local.put(r, cs, nil, nil, nil)
+	s.local.put(r, cs, nil, nil)
 	if d.Allowed {
 		return d, nil
 	}

@@ -152,13 +152,11 @@ func (e *entry) addPend(start, d int64) {
 }
 
 // put stores counters Redis returned for r's limits (synchronous mode).
-// expired, when not nil, flags by counter (of maps limits to counters, as
-// in takeCall) the windows whose keys were given their time to live with
-// this decision.
-//
-// final, when not nil, flags by counter the previous windows read once
-// final (see prevGrace).
-func (l *local) put(r *ratelimit.Request, cs []storekit.Counter, of []int, expired, final []bool) {
+// ctrs, when not nil, are the plain commands of each counter (of maps
+// limits to counters, as in takeCall): those whose window keys were given
+// their time to live with this decision (expire), and whose previous
+// windows were read once final (see prevGrace).
+func (l *local) put(r *ratelimit.Request, cs []storekit.Counter, of []int, ctrs []plainCounter) {
 	sh := l.shard(r.Key)
 	sh.mu.Lock()
 	for i, lim := range r.Limits {
@@ -169,10 +167,13 @@ func (l *local) put(r *ratelimit.Request, cs []storekit.Counter, of []int, expir
 			sh.m[k] = e
 		}
 		e.lim, e.c = lim, cs[i]
-		if expired != nil && expired[of[i]] {
+		if ctrs == nil {
+			continue
+		}
+		if ctrs[of[i]].expire {
 			e.expires = cs[i].Start
 		}
-		if final != nil && final[of[i]] {
+		if ctrs[of[i]].final {
 			e.final = cs[i].Start
 		}
 	}
@@ -202,19 +203,20 @@ func (l *local) markExpired(key string, id uint64, start int64) {
 }
 
 // lookup prepares a synchronous decision of r, whose limit i uses counter
-// of[i] in the window starting at cs[i].Start: it sets need[of[i]] when
-// this node has not yet given that window its time to live, and, when it
-// holds the previous window's final count, known[of[i]] and prev[of[i]].
-func (l *local) lookup(r *ratelimit.Request, of []int, cs []storekit.Counter, need, known []bool, prev []int64) {
+// of[i] in the window starting at cs[i].Start: it sets ctrs[of[i]].expire
+// when this node has not yet given that window its time to live, and,
+// when it holds the previous window's final count, known[of[i]] and
+// ctrs[of[i]].pv.
+func (l *local) lookup(r *ratelimit.Request, of []int, cs []storekit.Counter, ctrs []plainCounter, known []bool) {
 	sh := l.shard(r.Key)
 	sh.mu.Lock()
 	for i, lim := range r.Limits {
 		e := sh.m[lkey{r.Key, storekit.CounterID(lim)}]
 		if e == nil || e.expires != cs[i].Start {
-			need[of[i]] = true
+			ctrs[of[i]].expire = true
 		}
 		if e != nil && e.final == cs[i].Start && e.c.Start == cs[i].Start {
-			known[of[i]], prev[of[i]] = true, e.c.Prev
+			known[of[i]], ctrs[of[i]].pv = true, e.c.Prev
 		}
 	}
 	sh.mu.Unlock()

@@ -182,11 +182,6 @@ type Store struct {
 	// connected (guarded by br.mu; see logState).
 	downReason string
 
-	// scriptWindows sends requests of window limits only to take.lua
-	// too, instead of plain commands (incr.go): tests run the script's
-	// window arithmetic through the conformance suite with it.
-	scriptWindows bool
-
 	// plans caches take.lua plans by planKey (see plan).
 	plans  sync.Map
 	nplans atomic.Int64
@@ -362,6 +357,13 @@ func mulSat(a, b uint64) uint64 {
 // With CallerClock unset and a synchronous sync rate, a request holding a
 // token bucket is decided on Redis' clock, not r.Now.
 func (s *Store) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
+	return s.take(ctx, r, allWindows)
+}
+
+// take is Take; plain reports the requests of a synchronous store decided
+// with plain commands (incr.go) rather than take.lua: those of window
+// limits only, or none to run the script's window arithmetic (tests).
+func (s *Store) take(ctx context.Context, r ratelimit.Request, plain func(*ratelimit.Request) bool) (ratelimit.Decision, error) {
 	if s.closed.Load() {
 		return ratelimit.Decision{}, ratelimit.ErrClosed
 	}
@@ -392,7 +394,7 @@ func (s *Store) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Decisi
 		}
 		return s.local.take(&r, true), nil
 	}
-	windows := allWindows(&r) && !s.scriptWindows
+	windows := plain(&r)
 	if s.opts.KongLayout {
 		if err := checkKong(r.Limits); err != nil {
 			return ratelimit.Decision{}, err
