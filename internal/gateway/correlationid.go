@@ -117,6 +117,7 @@ func (p *correlationID) Access(x *Exchange) error {
 		id = p.generate(x)
 		x.SetUpstreamHeader(p.header, id)
 	}
+	x.correlationID = id
 	if p.echo {
 		x.SetResponseHeader(p.header, id)
 	}

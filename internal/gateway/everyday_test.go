@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -590,4 +591,24 @@ func FuzzEverydayPluginConfig(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestCorrelationIDInAccessLog: the id is in the request's access line,
+// as Kong serializes it for its log plugins.
+func TestCorrelationIDInAccessLog(t *testing.T) {
+	up := echoUpstream(t)
+	var logs syncBuffer
+	_, base := startGateway(t, withUpstream(`
+_format_version: "3.0"
+services:
+  - name: api
+    url: UPSTREAM
+    routes: [{name: r, paths: [/]}]
+plugins: [{name: correlation-id}]
+`, up), Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil)), AccessLog: true})
+	id := do(t, "GET", base+"/", nil).echoed(t).Headers["kong-request-id"]
+	lines := accessLines(t, logs.String())
+	if len(lines) != 1 || id == "" || lines[0]["correlation_id"] != id {
+		t.Errorf("access lines %v, want correlation_id %q", lines, id)
+	}
 }

@@ -102,6 +102,7 @@ type Exchange struct {
 	upstreamPath, upstreamHost *string
 	start                      time.Time   // when the request arrived
 	inBody                     limitedBody // the request body as proxied
+	correlationID              string      // set by correlation-id, for the access log
 }
 
 // newExchange makes an Exchange for the Gateway's pool of them.

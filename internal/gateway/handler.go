@@ -204,6 +204,9 @@ func (g *Gateway) end(x *Exchange, start time.Time) {
 		if ua := x.ctx.Request.Header.UserAgent(); len(ua) > 0 {
 			attrs = append(attrs, slog.String("user_agent", string(ua)))
 		}
+		if x.correlationID != "" {
+			attrs = append(attrs, slog.String("correlation_id", x.correlationID)) // Kong's serialized correlation_id
+		}
 		attrs = append(attrs, slog.Int("bytes_in", max(bytesIn, 0)))
 		if bytesOut >= 0 {
 			attrs = append(attrs, slog.Int("bytes_out", bytesOut))
