@@ -447,7 +447,7 @@ func (s *Store) push(ctx context.Context, items []syncItem, nowArg string, nowUs
 			s.local.merge(&items[k], storekit.Counter{Start: n[0], Cur: n[1], Prev: n[2]}, nowUs, 0)
 		}
 	}
-	s.mergeWindows(ctx, rc, items, wins, ops, res[len(calls):], nowUs, fail)
+	s.mergeWindows(ctx, rc, items, wins, res[len(calls):], nowUs, fail)
 	if members != nil {
 		// Every counter with hits, merged or not: a push that failed may
 		// have reached Redis, and others then read it once more for
@@ -593,72 +593,69 @@ func (wp *winPush) appendOps(ops []winOp, wi int) []winOp {
 	return ops
 }
 
-// mergeWindows reads the results of the window commands ops and merges
-// each counter's totals. A
-// counter whose second INCRBY failed takes its first back; windows created
-// by an INCRBY that carried no PEXPIRE are given their time to live.
-func (s *Store) mergeWindows(ctx context.Context, rc rueidis.Client, items []syncItem, wins []winPush, ops []winOp, res []rueidis.RedisResult, nowUs int64, fail func(error)) {
-	type wres struct {
-		c, p   int64
-		err    error
-		incred [2]bool
-	}
-	out := make([]wres, len(wins))
-	for wi := range wins {
-		out[wi].p = wins[wi].prevVal // a GET or an INCRBY of the previous window replaces it
-	}
-	for j, op := range ops {
-		wp, o := &wins[op.w], &out[op.w]
-		r := res[j]
-		if o.err != nil && op.k != opIncr {
-			continue
+// read reads the results of wp's commands, in the order appendOps sends
+// them, from the start of res: the totals of the current and previous
+// windows, which hits' INCRBYs landed (to take them back should another
+// command fail), and the number of results read. Every INCRBY is read
+// after an error; the other commands are not.
+func (wp *winPush) read(res []rueidis.RedisResult) (cur, prev int64, incred [2]bool, n int, err error) {
+	prev = wp.prevVal // a GET or an INCRBY of the previous window replaces it
+	for h := range wp.hits[:wp.nh] {
+		hit := &wp.hits[h]
+		v, ierr := res[n].AsInt64()
+		n++
+		switch {
+		case ierr != nil:
+			if err == nil {
+				err = replyErr("INCRBY "+hit.key, ierr)
+			}
+		case hit.start == wp.s:
+			incred[h], cur = true, v
+		case hit.start == wp.s-wp.w:
+			incred[h], prev = true, v
+		default:
+			incred[h] = true
 		}
-		switch op.k {
-		case opIncr:
-			n, err := r.AsInt64()
-			if err != nil {
-				if o.err == nil {
-					o.err = replyErr("INCRBY "+wp.hits[op.h].key, err)
-				}
-				continue
+		if hit.expire {
+			if perr := res[n].Error(); perr != nil && err == nil {
+				err = replyErr("PEXPIRE "+hit.key, perr)
 			}
-			o.incred[op.h] = true
-			switch wp.hits[op.h].start {
-			case wp.s:
-				o.c = n
-			case wp.s - wp.w:
-				o.p = n
-			}
-		case opExpire:
-			if err := r.Error(); err != nil {
-				o.err = replyErr("PEXPIRE "+wp.hits[op.h].key, err)
-			}
-		case opGetCur, opGetPrev:
-			key := wp.cur
-			if op.k == opGetPrev {
-				key = wp.prev
-			}
-			n, err := readCount(r, key)
-			if err != nil {
-				o.err = err
-				continue
-			}
-			if op.k == opGetCur {
-				o.c = n
-			} else {
-				o.p = n
-			}
+			n++
 		}
 	}
+	if wp.getCur {
+		if v, gerr := readCount(res[n], wp.cur); err == nil {
+			cur, err = v, gerr
+		}
+		n++
+	}
+	if wp.getPrev {
+		if v, gerr := readCount(res[n], wp.prev); err == nil {
+			prev, err = v, gerr
+		}
+		n++
+	}
+	return cur, prev, incred, n, err
+}
+
+// mergeWindows merges each window counter's totals from res, the results
+// of the commands of wins in order, in one pass; then it sends in one
+// pipeline what some counters need: a counter whose command failed takes
+// back the hits its INCRBYs added, and a window an INCRBY created (or
+// recreated) after this node had given it its expiry gets its time to
+// live.
+func (s *Store) mergeWindows(ctx context.Context, rc rueidis.Client, items []syncItem, wins []winPush, res []rueidis.RedisResult, nowUs int64, fail func(error)) {
 	var fix []rueidis.Completed
 	var lateOf []int // per command of fix: the item of a late PEXPIRE, or -1
 	for wi := range wins {
-		wp, o := &wins[wi], &out[wi]
+		wp := &wins[wi]
 		it := &items[wp.k]
-		if o.err != nil {
-			fail(o.err)
+		oc, op, incred, n, err := wp.read(res)
+		res = res[n:]
+		if err != nil {
+			fail(err)
 			for h := range wp.hits[:wp.nh] {
-				if o.incred[h] && !isUnavailable(o.err) {
+				if incred[h] && !isUnavailable(err) {
 					hit := &wp.hits[h]
 					fix = append(fix, rc.B().Decrby().Key(hit.key).Decrement(hit.d).Build(),
 						rc.B().Pexpire().Key(hit.key).Milliseconds(hit.ttl).Build())
@@ -671,7 +668,7 @@ func (s *Store) mergeWindows(ctx context.Context, rc rueidis.Client, items []syn
 		for _, hit := range wp.hits[:wp.nh] {
 			if hit.expire {
 				expired = max(expired, hit.start)
-			} else if (hit.start == wp.s && o.c <= hit.d) || (hit.start == wp.s-wp.w && o.p <= hit.d) {
+			} else if (hit.start == wp.s && oc <= hit.d) || (hit.start == wp.s-wp.w && op <= hit.d) {
 				// Created (or recreated) by this INCRBY after this node
 				// had given the window its expiry.
 				fix = append(fix, rc.B().Pexpire().Key(hit.key).Milliseconds(hit.ttl).Build())
@@ -680,7 +677,7 @@ func (s *Store) mergeWindows(ctx context.Context, rc rueidis.Client, items []syn
 		}
 		// A count below zero (a take-back that landed after its key
 		// vanished) counts as zero.
-		c, p := max(o.c, 0), max(o.p, 0)
+		c, p := max(oc, 0), max(op, 0)
 		var final int64
 		switch {
 		case it.lim.Algorithm == ratelimit.FixedWindow:
