@@ -71,13 +71,24 @@ func (p *Process) NewConcurrency() any { return &ConcurrencyConfig{p: p} }
 type concCompiled struct {
 	pol       *policy.Concurrency
 	sharedKey string
+	// ttl is the lease TTL: how long the store stays open after the
+	// config is evicted from the cache, for leases still to be released.
+	ttl time.Duration
 }
 
-func (c *ConcurrencyConfig) compiled() (*concCompiled, error) {
-	return c.comp.get(c.p.now, func() (*concCompiled, error) { return c.p.compileConcurrency(c) })
+// leaseTTL is the lease TTL of pc, as policy.ConcurrencyConfig defaults it.
+func leaseTTL(pc *policy.ConcurrencyConfig) time.Duration {
+	if pc.LeaseTTL == nil {
+		return time.Minute
+	}
+	return time.Duration(*pc.LeaseTTL * float64(time.Second))
 }
 
-func (p *Process) compileConcurrency(c *ConcurrencyConfig) (*concCompiled, error) {
+func (c *ConcurrencyConfig) compiled() (*concCompiled, func(), error) {
+	return c.comp.get(c.p.now, func() (*cacheEntry[*concCompiled], error) { return c.p.compileConcurrency(c) })
+}
+
+func (p *Process) compileConcurrency(c *ConcurrencyConfig) (*cacheEntry[*concCompiled], error) {
 	raw, err := json.Marshal(c)
 	if err != nil {
 		return nil, fmt.Errorf("kongplugin: encoding config: %w", err)
@@ -100,8 +111,7 @@ func (p *Process) compileConcurrency(c *ConcurrencyConfig) (*concCompiled, error
 		if err != nil {
 			return nil, concErr(err)
 		}
-		p.concs = append(p.concs, pol)
-		return &concCompiled{pol: pol, sharedKey: sharedKey}, nil
+		return &concCompiled{pol: pol, sharedKey: sharedKey, ttl: leaseTTL(pc)}, nil
 	})
 }
 
@@ -190,11 +200,12 @@ func ptr[T any](v T) *T { return &v }
 // SetShared carrying the lease to the log phase, or one Exit when the
 // limit is reached.
 func (c *ConcurrencyConfig) Access(kong *pdk.PDK) {
-	cc, err := c.compiled()
+	cc, done, err := c.compiled()
 	if err != nil {
 		failConfig(kong, err)
 		return
 	}
+	defer done()
 	var req policy.Request
 	if err := c.identify(kong, cc, &req); err != nil {
 		_ = kong.Log.Err("sluice-concurrency: reading identity: ", err.Error())
@@ -232,10 +243,11 @@ func (c *ConcurrencyConfig) Access(kong *pdk.PDK) {
 
 // Log releases the request's lease: one PDK round trip to read it.
 func (c *ConcurrencyConfig) Log(kong *pdk.PDK) {
-	cc, err := c.compiled()
+	cc, done, err := c.compiled()
 	if err != nil {
 		return
 	}
+	defer done()
 	v, err := kong.Ctx.GetSharedAny(LeaseSharedKey)
 	if err != nil || v == nil {
 		return

@@ -132,11 +132,11 @@ type dimsCompiled struct {
 	groupsHeader string
 }
 
-func (c *DimensionsConfig) compiled() (*dimsCompiled, error) {
-	return c.comp.get(c.p.now, func() (*dimsCompiled, error) { return c.p.compileDimensions(c) })
+func (c *DimensionsConfig) compiled() (*dimsCompiled, func(), error) {
+	return c.comp.get(c.p.now, func() (*cacheEntry[*dimsCompiled], error) { return c.p.compileDimensions(c) })
 }
 
-func (p *Process) compileDimensions(c *DimensionsConfig) (*dimsCompiled, error) {
+func (p *Process) compileDimensions(c *DimensionsConfig) (*cacheEntry[*dimsCompiled], error) {
 	raw, err := rawOrMarshal(c.raw, c)
 	if err != nil {
 		return nil, err
@@ -229,11 +229,12 @@ func (c *DimensionsConfig) check(raw []byte) (*dimsCompiled, []byte, []field.Err
 // dimension fetched it, one for the groups header, and one SetShared when
 // there is a key, a quota or groups to publish.
 func (c *DimensionsConfig) Access(kong *pdk.PDK) {
-	dc, err := c.compiled()
+	dc, done, err := c.compiled()
 	if err != nil {
 		failConfig(kong, err)
 		return
 	}
+	defer done()
 	a := &pdkAccessor{kong: kong}
 	var in dimensions.Input
 	if err := dc.b.Fill(&in, a); err != nil {

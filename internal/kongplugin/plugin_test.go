@@ -429,3 +429,33 @@ func TestConcurrencyByDimensionKey(t *testing.T) {
 		t.Fatal("second lease of the tenant allowed")
 	}
 }
+
+// A sluice-concurrency config evicted from the cache keeps its store for
+// the lease TTL: a lease taken before the eviction still counts against the
+// recompiled config, and the log phase releases it.
+func TestConcurrencyEvictedConfigKeepsLeases(t *testing.T) {
+	p, _ := newTestProcess(t, Options{})
+	p.conc.max = 1
+	a := instance[*ConcurrencyConfig](t, p.NewConcurrency, `{"limit": 1, "identifier": "consumer", "namespace": "evict-a"}`)
+	b := instance[*ConcurrencyConfig](t, p.NewConcurrency, `{"limit": 1, "identifier": "consumer", "namespace": "evict-b"}`)
+	req := kongtest.Request{Consumer: consumer("c1")}
+	held := kongtest.New(t, req)
+	if held.Run(a.Access); held.Exit() != nil {
+		t.Fatal("first request denied")
+	}
+	if k := kongtest.New(t, req); k.Run(b.Access) == nil || k.Exit() != nil { // evicts a
+		t.Fatal("b denied")
+	}
+	if n := p.conc.len(); n != 1 {
+		t.Fatalf("%d cached concurrency configs; want 1", n)
+	}
+	k := kongtest.New(t, req)
+	if k.Run(a.Access); k.Exit() == nil {
+		t.Fatal("recompiled a forgot the lease taken before the eviction")
+	}
+	held.Run(a.Log)
+	k = kongtest.New(t, req)
+	if k.Run(a.Access); k.Exit() != nil {
+		t.Fatal("denied after the held lease was released")
+	}
+}

@@ -76,9 +76,9 @@ type Process struct {
 	mu        sync.Mutex
 	closed    bool
 	overrides map[string]*dimensions.Live
-	// concs are the compiled sluice-concurrency configs, closed with the
-	// Process.
-	concs    []*policy.Concurrency
+	// closeErrs are the errors of closing compiled configs during Close.
+	closeMu   sync.Mutex
+	closeErrs []error
 	storeLog storeLog
 }
 
@@ -91,6 +91,18 @@ func NewProcess(opts Options) *Process {
 	}
 	if p.log == nil {
 		p.log = slog.Default()
+	}
+	// Evicted compiled configs give their stores and top-keys sketches
+	// back to the Registry (cache.go says when).
+	p.rla.close = func(rc *rlaCompiled) { p.closed1(rc.adv.Close(), "closing an evicted rate-limiting config") }
+	p.conc.close = func(cc *concCompiled) { p.closed1(cc.pol.Close(), "closing an evicted lease store") }
+	p.conc.linger = func(cc *concCompiled) time.Duration { return cc.ttl }
+	p.rla.linger = func(rc *rlaCompiled) time.Duration {
+		var w int64
+		for _, s := range rc.cfg.WindowSize {
+			w = max(w, s)
+		}
+		return min(2*time.Duration(w)*time.Second, 24*time.Hour)
 	}
 	if p.registry == nil {
 		p.registry = policy.NewRegistry(policy.RegistryOptions{OnRedisState: p.storeLog.changed})
@@ -109,24 +121,43 @@ func (p *Process) Close() error {
 		return nil
 	}
 	p.closed = true
-	watches, concs := p.overrides, p.concs
-	p.overrides, p.concs = nil, nil
+	watches := p.overrides
+	p.overrides = nil
 	p.mu.Unlock()
 	var errs []error
 	for _, w := range watches {
 		_ = w.Close() // always nil
 	}
-	for _, c := range concs {
-		if err := c.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("kongplugin: closing lease store: %w", err))
-		}
-	}
+	p.rla.closeAll()
+	p.conc.closeAll()
+	p.closeMu.Lock()
+	errs = append(errs, p.closeErrs...)
+	p.closeErrs = nil
+	p.closeMu.Unlock()
 	if p.ownsReg {
 		if err := p.registry.Close(); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// closed1 reports the error of closing one compiled config: returned by
+// Close while the Process closes, logged otherwise.
+func (p *Process) closed1(err error, what string) {
+	if err == nil {
+		return
+	}
+	p.mu.Lock()
+	closing := p.closed
+	p.mu.Unlock()
+	if !closing {
+		p.log.Warn("kongplugin: "+what, "error", err.Error())
+		return
+	}
+	p.closeMu.Lock()
+	p.closeErrs = append(p.closeErrs, fmt.Errorf("kongplugin: %s: %w", what, err))
+	p.closeMu.Unlock()
 }
 
 // internalErrorBody is Kong's body for an unexpected error.

@@ -62,11 +62,11 @@ type rlaCompiled struct {
 	scope       policy.Group
 }
 
-func (c *RateLimitingConfig) compiled() (*rlaCompiled, error) {
-	return c.comp.get(c.p.now, func() (*rlaCompiled, error) { return c.p.compileRateLimiting(c) })
+func (c *RateLimitingConfig) compiled() (*rlaCompiled, func(), error) {
+	return c.comp.get(c.p.now, func() (*cacheEntry[*rlaCompiled], error) { return c.p.compileRateLimiting(c) })
 }
 
-func (p *Process) compileRateLimiting(c *RateLimitingConfig) (*rlaCompiled, error) {
+func (p *Process) compileRateLimiting(c *RateLimitingConfig) (*cacheEntry[*rlaCompiled], error) {
 	raw, err := rawOrMarshal(c.raw, c)
 	if err != nil {
 		return nil, err
@@ -205,11 +205,12 @@ func (rc *rlaCompiled) plan() {
 // request therefore costs 2 round trips, an IP-identified one 2.
 func (c *RateLimitingConfig) Access(kong *pdk.PDK) {
 	c.p.storeLog.flush(kong)
-	rc, err := c.compiled()
+	rc, done, err := c.compiled()
 	if err != nil {
 		failConfig(kong, err)
 		return
 	}
+	defer done()
 	req := policy.Request{Now: c.p.now()}
 	if err := rc.read(kong, &req); err != nil {
 		// Kong's rate limiter never fails a request for its own reasons:
