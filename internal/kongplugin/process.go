@@ -79,7 +79,7 @@ type Process struct {
 	// closeErrs are the errors of closing compiled configs during Close.
 	closeMu   sync.Mutex
 	closeErrs []error
-	storeLog storeLog
+	storeLog  storeLog
 }
 
 // NewProcess returns the state of one plugin server.
