@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/seed-008287da/sluice/internal/decision"
+	"github.com/seed-008287da/sluice/policy/field"
 	"github.com/seed-008287da/sluice/ratelimit/redisstore"
 )
 
@@ -194,7 +195,7 @@ func applyEnv(f *flags, fs *flag.FlagSet, set map[string]bool, getenv func(strin
 		if !ok || u.accepts(v) {
 			continue
 		}
-		msg := fmt.Sprintf("%s=%q is not supported: %s", u.env, v, u.reason)
+		msg := fmt.Sprintf("%s=%q is not supported: %s", u.env, field.RedactURL(v), u.reason)
 		if !u.warn {
 			return fmt.Errorf("%s", msg)
 		}
@@ -247,7 +248,7 @@ func redisEnv(getenv func(string) (string, bool)) (*decision.StoreConfig, error)
 	}
 	for _, name := range []string{"REDIS_PERSECOND", "REDIS_PERSECOND_URL"} {
 		if v, ok := lookup(getenv, name); ok && !strings.EqualFold(v, "false") {
-			return nil, fmt.Errorf("%s=%q is not supported: sluice uses one Redis for every limit", name, v)
+			return nil, fmt.Errorf("%s=%q is not supported: sluice uses one Redis for every limit", name, field.RedactURL(v))
 		}
 	}
 	url, ok := lookup(getenv, "REDIS_URL")
@@ -259,6 +260,10 @@ func redisEnv(getenv func(string) (string, bool)) (*decision.StoreConfig, error)
 		}
 		return nil, nil
 	}
+	if strings.Contains(url, "@") {
+		// The value is never quoted: the user info may hold a password.
+		return nil, fmt.Errorf("REDIS_URL: user info (user:password@) is not supported: give host:port and set the password in REDIS_AUTH")
+	}
 	if st, _ := lookup(getenv, "REDIS_SOCKET_TYPE"); !strings.EqualFold(st, "tcp") {
 		return nil, fmt.Errorf("REDIS_SOCKET_TYPE=%q is not supported: sluice reaches Redis over tcp only (envoyproxy/ratelimit's default is unix); set REDIS_SOCKET_TYPE=tcp", st)
 	}
@@ -269,7 +274,7 @@ func redisEnv(getenv func(string) (string, bool)) (*decision.StoreConfig, error)
 			host, port, err := net.SplitHostPort(strings.TrimSpace(a))
 			n, perr := strconv.Atoi(port)
 			if err != nil || perr != nil || n <= 0 || n > 65535 {
-				return nil, fmt.Errorf("REDIS_URL=%q: %q is not host:port", url, a)
+				return nil, fmt.Errorf("REDIS_URL=%q: %q is not host:port", field.RedactURL(url), field.RedactURL(a))
 			}
 			out = append(out, redisstore.Addr{Host: host, Port: n})
 		}
@@ -284,12 +289,12 @@ func redisEnv(getenv func(string) (string, bool)) (*decision.StoreConfig, error)
 			return nil, err
 		}
 		if len(parts) > 1 {
-			return nil, fmt.Errorf("REDIS_URL=%q: one host:port for REDIS_TYPE single", url)
+			return nil, fmt.Errorf("REDIS_URL=%q: one host:port for REDIS_TYPE single", field.RedactURL(url))
 		}
 		rc.Host, rc.Port = a[0].Host, a[0].Port
 	case "sentinel":
 		if len(parts) < 2 {
-			return nil, fmt.Errorf("REDIS_URL=%q: want master-name,host:port[,host:port...] for REDIS_TYPE sentinel", url)
+			return nil, fmt.Errorf("REDIS_URL=%q: want master-name,host:port[,host:port...] for REDIS_TYPE sentinel", field.RedactURL(url))
 		}
 		rc.SentinelMaster = parts[0]
 		a, err := addrs(parts[1:])

@@ -184,3 +184,48 @@ func TestUnsupportedEnv(t *testing.T) {
 		t.Errorf("REDIS_POOL_SIZE: %v\n%s", err, out)
 	}
 }
+
+// A rejected environment or file with a secret in it names the variable
+// or field and never prints the secret.
+func TestRejectedConfigHidesSecrets(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, cfg, config)
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	writeFile(t, bad, `store:
+  type: redis
+  redis:
+    host: 127.0.0.1
+    password: 918273645
+    cluster_nodes: ["redis://:file-url-pw@127.0.0.1:6379"]
+`+config)
+	for _, c := range []struct {
+		file   string
+		env    []string
+		want   []string
+		secret []string
+	}{
+		{cfg, []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis://:env-url-pw@127.0.0.1:6379"},
+			[]string{"REDIS_URL: user info (user:password@) is not supported"}, []string{"env-url-pw"}},
+		{cfg, []string{"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=127.0.0.1:6379", "REDIS_AUTH=env-auth-pw", "REDIS_TYPE=bogus"},
+			[]string{`REDIS_TYPE="bogus"`}, []string{"env-auth-pw"}},
+		{cfg, []string{"MEMCACHE_HOST_PORT=http://u:memcache-pw@127.0.0.1:11211"},
+			[]string{`MEMCACHE_HOST_PORT="http://xxxxx@127.0.0.1:11211" is not supported`}, []string{"memcache-pw"}},
+		{bad, nil,
+			[]string{"store.redis.password: expected a string", `store.redis.cluster_nodes[0]: expected "host:port", got "redis://xxxxx@127.0.0.1:6379"`},
+			[]string{"918273645", "file-url-pw"}},
+	} {
+		cmd := command(t, "-c", c.file, "-check")
+		cmd.Env = append(cmd.Env, c.env...)
+		out, _ := cmd.CombinedOutput()
+		for _, w := range c.want {
+			if !strings.Contains(string(out), w) {
+				t.Errorf("%v %s: want %q in\n%s", c.env, c.file, w, out)
+			}
+		}
+		for _, s := range c.secret {
+			if strings.Contains(string(out), s) {
+				t.Errorf("%v %s: the output carries the secret %q:\n%s", c.env, c.file, s, out)
+			}
+		}
+	}
+}

@@ -806,7 +806,7 @@ func (d *decoder) addrs(m *mapping, path, name string) []redisstore.Addr {
 		host, port, err := net.SplitHostPort(n.Value)
 		pn, perr := strconv.Atoi(port)
 		if err != nil || perr != nil || pn <= 0 || pn > 65535 {
-			d.add(n, p, "expected \"host:port\", got %q", n.Value)
+			d.add(n, p, "expected \"host:port\", got %q", field.RedactURL(n.Value))
 			continue
 		}
 		out = append(out, redisstore.Addr{Host: host, Port: pn})

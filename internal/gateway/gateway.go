@@ -415,6 +415,7 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 	if cfg == nil {
 		return nil, errs
 	}
+	decoded := len(errs)
 	var insts []*instance
 	var closers []io.Closer
 	var overrides map[string]*policy.OverrideConfig
@@ -477,6 +478,7 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 		for _, c := range closers {
 			_ = c.Close()
 		}
+		cfg.ShowReferences(errs[decoded:])
 		return nil, errs
 	}
 	sum := sha256.Sum256(data)

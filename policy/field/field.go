@@ -75,7 +75,11 @@ func JSON(path string, err error) Error {
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &te):
-		return Error{Path: join(path, te.Field), Message: "expected " + Kind(te.Type) + ", got " + jsonValue(te.Value)}
+		p, got := join(path, te.Field), te.Value
+		if IsSecretPath(p) && strings.HasPrefix(got, "number ") {
+			got = "number" // a secret's value is never quoted
+		}
+		return Error{Path: p, Message: "expected " + Kind(te.Type) + ", got " + jsonValue(got)}
 	case errors.As(err, &se) && se.Error() != "unexpected end of JSON input":
 		return Error{Path: path, Message: "invalid JSON at byte " + strconv.FormatInt(se.Offset, 10)}
 	case strings.HasPrefix(err.Error(), "json: unknown field "):

@@ -4,30 +4,12 @@ import (
 	"bytes"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // Redacted replaces a secret in an admin answer.
 const Redacted = "[redacted]"
-
-// secretFields are the fields whose values are secrets wherever they
-// appear: credentials' secrets and passwords, Redis passwords in plugin
-// configs, cloud credentials.
-var secretFields = map[string]bool{
-	"password":                 true,
-	"sentinel_password":        true,
-	"secret":                   true,
-	"client_secret":            true,
-	"aws_secret_access_key":    true,
-	"azure_client_secret":      true,
-	"gcp_service_account_json": true,
-}
-
-// keyIsSecret are the lists whose elements' "key" is a secret: key-auth
-// credentials and certificates' private keys.
-var keyIsSecret = map[string]bool{
-	"keyauth_credentials": true,
-	"certificates":        true,
-}
 
 // redactConfig returns the declarative configuration data (YAML or JSON)
 // as YAML with every secret replaced by Redacted; comments and order are
@@ -64,7 +46,7 @@ func redactNode(n *yaml.Node, list string) {
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i].Value, n.Content[i+1]
-			if secretFields[k] || (k == "key" || k == "key_alt") && keyIsSecret[list] {
+			if field.IsSecret(list, k) {
 				if v.Kind == yaml.ScalarNode && v.Tag != "!!null" {
 					*v = yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: Redacted}
 				} else if v.Kind != yaml.ScalarNode {

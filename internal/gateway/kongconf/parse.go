@@ -41,12 +41,32 @@ type DecodeOptions struct {
 // A reference that cannot be resolved is an error at its field; it is
 // never used as the literal value.
 func DecodeWith(data []byte, opts DecodeOptions) (*Config, Errors) {
+	resolved := &resolvedRefs{}
+	cfg, errs := decodeWith(data, opts, resolved)
+	resolved.scrub(errs)
+	if cfg != nil {
+		cfg.resolved = resolved
+	}
+	return cfg, errs
+}
+
+// ShowReferences rewrites errs, found in c (by a plugin reading its
+// config, say), so that each value c resolved from a decK substitution or
+// a vault reference appears as the reference's text: a resolved value may
+// be a secret. DecodeWith's own errors are rewritten already.
+func (c *Config) ShowReferences(errs []field.Error) {
+	if c != nil {
+		c.resolved.scrub(errs)
+	}
+}
+
+func decodeWith(data []byte, opts DecodeOptions, resolved *resolvedRefs) (*Config, Errors) {
 	var node yaml.Node
 	if err := yaml.Unmarshal(data, &node); err != nil {
 		// decK renders its substitutions in the file's text before
 		// reading it, so a file can be YAML only once rendered
 		// (key: "${{ env "DECK_X" }}"); render it so, then.
-		rendered, rerrs := renderText(data, opts.LookupEnv)
+		rendered, rerrs := renderText(data, opts.LookupEnv, resolved)
 		if rendered == nil {
 			return nil, yamlErrors(err)
 		}
@@ -58,7 +78,7 @@ func DecodeWith(data []byte, opts DecodeOptions) (*Config, Errors) {
 		}
 	}
 	refErrs := &errList{}
-	resolveRefs(&node, "", refEnv{lookup: opts.LookupEnv, vaults: scanVaults(&node)}, refErrs)
+	resolveRefs(&node, "", refEnv{lookup: opts.LookupEnv, vaults: scanVaults(&node), resolved: resolved}, refErrs)
 	var doc any
 	if len(node.Content) > 0 {
 		if err := node.Decode(&doc); err != nil {
@@ -273,7 +293,7 @@ func (p *parser) service(v any, path string) {
 func (p *parser) serviceURL(s *Service, raw, path string) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
-		p.errs.add(path, "invalid url %q", raw)
+		p.errs.add(path, "invalid url %q", field.RedactURL(raw))
 		return
 	}
 	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -57,6 +58,7 @@ func resolveRefs(n *yaml.Node, path string, env refEnv, errs *errList) {
 
 func resolveScalar(n *yaml.Node, path string, env refEnv, errs *errList) {
 	v := n.Value
+	ref := v
 	if strings.Contains(v, "${{") {
 		whole := false
 		if loc := deckTemplate.FindStringIndex(v); loc != nil && loc[0] == 0 && loc[1] == len(v) {
@@ -95,13 +97,62 @@ func resolveScalar(n *yaml.Node, path string, env refEnv, errs *errList) {
 		}
 		n.Value, n.Tag, n.Style = s, "!!str", yaml.DoubleQuotedStyle
 	}
+	if n.Value != ref {
+		env.resolved.add(path, ref, n.Value)
+	}
+}
+
+// resolvedRefs are the references resolved in a file, so that an error
+// message shows a reference by its text and never by its value, which may
+// be a secret.
+type resolvedRefs struct{ list []resolvedRef }
+
+type resolvedRef struct {
+	path  string // the field's path; "" for a substitution in the file's text
+	ref   string // the text as written, e.g. {vault://env/X}
+	value string
+}
+
+func (r *resolvedRefs) add(path, ref, value string) {
+	if r != nil && value != "" {
+		r.list = append(r.list, resolvedRef{path, ref, value})
+	}
+}
+
+// scrub replaces, in every message of errs, a resolved value by its
+// reference: a quoted value anywhere, and the bare value in an error of the
+// reference's field or below it. Each message is rewritten in one pass, so
+// a reference's text is never rewritten again.
+func (r *resolvedRefs) scrub(errs []field.Error) {
+	if r == nil || len(r.list) == 0 {
+		return
+	}
+	refs := append([]resolvedRef(nil), r.list...)
+	sort.SliceStable(refs, func(i, j int) bool { return len(refs[i].value) > len(refs[j].value) })
+	for i := range errs {
+		e := &errs[i]
+		var pairs []string
+		for _, rr := range refs {
+			pairs = append(pairs, strconv.Quote(rr.value), strconv.Quote(rr.ref))
+			if r := field.RedactURL(rr.value); r != rr.value {
+				pairs = append(pairs, strconv.Quote(r), strconv.Quote(rr.ref))
+			}
+		}
+		for _, rr := range refs {
+			if rr.path == "" || e.Path == rr.path || strings.HasPrefix(e.Path, rr.path+".") || strings.HasPrefix(e.Path, rr.path+"[") {
+				pairs = append(pairs, rr.value, rr.ref)
+			}
+		}
+		e.Message = strings.NewReplacer(pairs...).Replace(e.Message)
+	}
 }
 
 // refEnv is what references resolve against: the environment and the
 // file's vaults entities by prefix.
 type refEnv struct {
-	lookup LookupEnv
-	vaults map[string]vaultEntity
+	lookup   LookupEnv
+	vaults   map[string]vaultEntity
+	resolved *resolvedRefs // where each resolved reference is recorded
 }
 
 // vaultEntity is one entry of vaults: a named configuration of a vault
@@ -277,7 +328,7 @@ func vaultEnv(ref string, renv refEnv) (string, error) {
 // before parsing a file, for a file that is not YAML until rendered. It
 // returns nil when data has no substitution; problems are reported by
 // line, the text having no fields yet.
-func renderText(data []byte, env LookupEnv) ([]byte, Errors) {
+func renderText(data []byte, env LookupEnv, resolved *resolvedRefs) ([]byte, Errors) {
 	if !bytes.Contains(data, []byte("${{")) {
 		return nil, nil
 	}
@@ -289,6 +340,7 @@ func renderText(data []byte, env LookupEnv) ([]byte, Errors) {
 			at := bytes.Index(data, t)
 			errs = append(errs, field.Error{Line: bytes.Count(data[:at], []byte("\n")) + 1, Message: err.Error()})
 		}
+		resolved.add("", string(t), v)
 		return []byte(v)
 	})
 	return out, errs
