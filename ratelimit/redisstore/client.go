@@ -35,7 +35,7 @@ func (a Addr) String() string {
 }
 
 // Config says how to reach Redis. Its fields are those of Kong's
-// config.redis (spec §1.3), so the policy layer maps Kong's configuration
+// config.redis (see docs/redis.md), so the policy layer maps Kong's configuration
 // onto it field by field. Exactly one topology is used: Cluster when
 // ClusterNodes is set, else Sentinel when SentinelMaster is set, else the
 // standalone server at Host:Port.

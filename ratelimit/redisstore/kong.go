@@ -11,7 +11,7 @@ import (
 	"github.com/seed-008287da/sluice/ratelimit/storekit"
 )
 
-// Kong's layout (spec §2.8), used with Options.KongLayout: one hash per
+// Kong's layout (docs/redis.md, "Kong interop"), used with Options.KongLayout: one hash per
 // window and namespace, "<window_start>:<W>:<namespace>" (seconds), whose
 // field is the counter key and whose value is the window's count. Kong
 // nodes and sluice nodes sharing one Redis then share their counters.

@@ -269,7 +269,7 @@ func (s *Store) Sync(ctx context.Context, now time.Time) error {
 //     (journal.lua);
 //  3. read those of them this node holds (push with nothing to push).
 //
-// Kong's cycle reads every counter of the namespace (spec §2.7); reading
+// Kong's cycle reads every counter of the namespace; reading
 // only the counters that changed in Redis gives each node the same totals
 // for a fraction of the work when most counters are idle. Whenever the
 // journal cannot vouch for what changed (first cycle, a failed cycle, the
