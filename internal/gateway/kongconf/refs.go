@@ -121,7 +121,8 @@ func (r *resolvedRefs) add(path, ref, value string) {
 
 // scrub replaces, in every message of errs, a resolved value by its
 // reference: a quoted value anywhere, and the bare value in an error of the
-// reference's field or below it. Each message is rewritten in one pass, so
+// reference's field, of a field below it or of one that holds it (a
+// plugin's config). Each message is rewritten in one pass, so
 // a reference's text is never rewritten again.
 func (r *resolvedRefs) scrub(errs []field.Error) {
 	if r == nil || len(r.list) == 0 {
@@ -139,12 +140,17 @@ func (r *resolvedRefs) scrub(errs []field.Error) {
 			}
 		}
 		for _, rr := range refs {
-			if rr.path == "" || e.Path == rr.path || strings.HasPrefix(e.Path, rr.path+".") || strings.HasPrefix(e.Path, rr.path+"[") {
+			if rr.path == "" || within(e.Path, rr.path) || e.Path != "" && within(rr.path, e.Path) {
 				pairs = append(pairs, rr.value, rr.ref)
 			}
 		}
 		e.Message = strings.NewReplacer(pairs...).Replace(e.Message)
 	}
+}
+
+// within reports whether path is the field at or below the field at top.
+func within(path, top string) bool {
+	return path == top || strings.HasPrefix(path, top+".") || strings.HasPrefix(path, top+"[")
 }
 
 // refEnv is what references resolve against: the environment and the
