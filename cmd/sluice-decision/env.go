@@ -52,6 +52,7 @@ var envFlags = []struct{ env, flag string }{
 	{"GRPC_CLIENT_TLS_CACERT", "grpc-client-ca"},
 	{"GRPC_MAX_CONNECTION_AGE", "grpc-max-connection-age"},
 	{"GRPC_MAX_CONNECTION_AGE_GRACE", "grpc-max-connection-age-grace"},
+	{"SLUICE_ADMIN_TOKEN", "admin-token"},
 }
 
 // An unsupported variable: fine when its value is one of ok (compared

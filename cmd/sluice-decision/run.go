@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/seed-008287da/sluice/internal/adminauth"
 	"github.com/seed-008287da/sluice/internal/buildinfo"
 	"github.com/seed-008287da/sluice/internal/configsource"
 	"github.com/seed-008287da/sluice/internal/decision"
@@ -58,6 +59,7 @@ type flags struct {
 	stopIncrement   bool
 	envoyKeys       bool
 	countDenied     bool
+	adminToken      string
 	statsd          string
 	statsdInterval  time.Duration
 	dogstatsd       bool
@@ -120,6 +122,7 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	fs.StringVar(&f.remainingHeader, "remaining-header", "RateLimit-Remaining", "LIMIT_REMAINING_HEADER: the `name` of the remaining header")
 	fs.StringVar(&f.resetHeader, "reset-header", "RateLimit-Reset", "LIMIT_RESET_HEADER: the `name` of the reset header")
 	fs.Float64Var(&f.nearLimitRatio, "near-limit-ratio", 0.8, "NEAR_LIMIT_RATIO: the share of a limit above which hits count as near_limit (0 to 1)")
+	fs.StringVar(&f.adminToken, "admin-token", "", "SLUICE_ADMIN_TOKEN: `token` the counters calls (GET and DELETE /rate-limiting/counters, GET /rate-limiting/top) must carry in Kong-Admin-Token; empty leaves them open (a warning when -http is not on loopback)")
 	fs.IntVar(&f.localCacheBytes, "local-cache-bytes", 0, "LOCAL_CACHE_SIZE_IN_BYTES: remember keys over their limit for their window, in about this many `bytes`; 0 disables")
 	if err := fs.Parse(args[1:]); err != nil {
 		return nil, err
@@ -249,7 +252,7 @@ func (f *flags) options(log *slog.Logger, reg *prometheus.Registry) decision.Opt
 		MergeDomains: f.mergeDomains, StartInvalid: true, QuotaMode: f.quotaMode, ShadowMode: f.shadowMode,
 		DynamicMetadata: f.dynamicMetadata, NearLimitRatio: f.nearLimitRatio, LocalCacheBytes: f.localCacheBytes,
 		TopKeys: topKeys(f.topKeys), Store: f.store, PeerStats: f.statsd != "" || f.debugListen != "",
-		StopIncrementWhenOverLimit: f.stopIncrement, CountDenied: f.countDenied}
+		StopIncrementWhenOverLimit: f.stopIncrement, CountDenied: f.countDenied, AdminToken: f.adminToken}
 	if f.responseHeaders {
 		o.ResponseHeaders = &decision.HeaderNames{Limit: f.limitHeader, Remaining: f.remainingHeader, Reset: f.resetHeader}
 	}
@@ -433,6 +436,11 @@ func serve(ctx context.Context, f *flags, hup <-chan os.Signal, log *slog.Logger
 		}()
 		fmt.Fprintf(stdout, "http listening on %s\n", hl.Addr())
 		log.Info("http listening", "addr", hl.Addr().String())
+		if f.adminToken == "" && !adminauth.IsLoopback(f.httpListen) {
+			// Not refused: the container image and the Helm chart listen on
+			// 0.0.0.0 without a token (docs/decision-service.md).
+			log.Warn("the HTTP port is not on loopback and -admin-token is not set: anyone who reaches it can read and reset counters", "addr", f.httpListen)
+		}
 	}
 
 	var serveErr error

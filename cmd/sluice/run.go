@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
+	"github.com/seed-008287da/sluice/internal/adminauth"
 	"github.com/seed-008287da/sluice/internal/buildinfo"
 	"github.com/seed-008287da/sluice/internal/configsource"
 	"github.com/seed-008287da/sluice/internal/gateway"
@@ -263,7 +264,7 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	if f.realIPHeader == clientip.ProxyProtocol && !anyProxyProto {
 		return nil, errors.New("--real-ip-header proxy_protocol needs --proxy-protocol (or proxy_protocol in --proxy-listen)")
 	}
-	if f.adminListen != "" && !admin.IsLoopback(f.adminListen) && f.adminToken == "" {
+	if f.adminListen != "" && !adminauth.IsLoopback(f.adminListen) && f.adminToken == "" {
 		return nil, fmt.Errorf("--admin-listen %s is reachable from other machines: set --admin-token (SLUICE_ADMIN_TOKEN), or listen on loopback", f.adminListen)
 	}
 	if f.config == "" && f.etcdEndpoints == "" {

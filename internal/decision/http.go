@@ -10,6 +10,8 @@ import (
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/seed-008287da/sluice/internal/adminauth"
 )
 
 // maxBody bounds a decide request body.
@@ -37,6 +39,7 @@ const maxBody = 1 << 20
 //	GET  /rate-limiting/top?domain=D&by=denied|requests&n=20
 //	                  the heaviest descriptors of the last minute
 //
+// The counters calls need Kong-Admin-Token when Options.AdminToken is set.
 // A request that cannot be decided gets 400, a store failure 503, each with
 // {"error": "..."}. Unknown JSON fields are errors.
 func (s *Service) Handler() http.Handler {
@@ -47,10 +50,24 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("GET /status", s.serveStatus)
 	mux.HandleFunc("GET /healthcheck", s.serveHealth)
 	mux.Handle("GET /metrics", s.metricsHandler())
-	mux.HandleFunc("GET /rate-limiting/counters", s.serveCounter)
-	mux.HandleFunc("DELETE /rate-limiting/counters", s.serveReset)
-	mux.HandleFunc("GET /rate-limiting/top", s.serveTop)
+	mux.HandleFunc("GET /rate-limiting/counters", s.admin(s.serveCounter))
+	mux.HandleFunc("DELETE /rate-limiting/counters", s.admin(s.serveReset))
+	mux.HandleFunc("GET /rate-limiting/top", s.admin(s.serveTop))
 	return mux
+}
+
+// admin guards a counters call with Options.AdminToken, when set.
+func (s *Service) admin(h http.HandlerFunc) http.HandlerFunc {
+	if s.adminToken == "" {
+		return h
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !adminauth.HasToken(r, s.adminToken) {
+			writeError(w, http.StatusUnauthorized, adminauth.UnauthorizedMessage)
+			return
+		}
+		h(w, r)
+	}
 }
 
 func writeJSONValue(w http.ResponseWriter, code int, v any) {

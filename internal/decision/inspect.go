@@ -12,6 +12,7 @@ import (
 
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
+	"github.com/seed-008287da/sluice/internal/adminauth"
 	"github.com/seed-008287da/sluice/policy"
 	"github.com/seed-008287da/sluice/ratelimit"
 )
@@ -235,7 +236,7 @@ func (s *Service) serveCounter(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Service) serveReset(w http.ResponseWriter, r *http.Request) {
-	if !sameOrigin(r) {
+	if !adminauth.SameOrigin(r) {
 		writeError(w, http.StatusForbidden, "decision: cross-origin calls that change state are refused")
 		return
 	}
@@ -273,19 +274,4 @@ func (s *Service) serveTop(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSONValue(w, http.StatusOK, map[string]any{"data": s.Top(q.Get("domain"), by, n, s.now())})
-}
-
-// sameOrigin refuses a state-changing call a browser sends from another
-// site (the port may be reachable from an operator's browser).
-func sameOrigin(r *http.Request) bool {
-	switch r.Header.Get("Sec-Fetch-Site") {
-	case "cross-site", "same-site":
-		return false
-	}
-	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return true
-	}
-	u, err := url.Parse(origin)
-	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host)
 }

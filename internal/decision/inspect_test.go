@@ -105,3 +105,51 @@ store:
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// With AdminToken the counters calls need Kong-Admin-Token; deciding,
+// /status and /healthcheck do not.
+func TestInspectAdminToken(t *testing.T) {
+	o := newClock(t0).opts()
+	o.AdminToken = "s3cret"
+	s := newService(t, inspectConfig, o)
+	h := httptest.NewServer(s.Handler())
+	defer h.Close()
+	call := func(method, path, token string) int {
+		t.Helper()
+		req, _ := http.NewRequest(method, h.URL+path, nil)
+		if token != "" {
+			req.Header.Set("Kong-Admin-Token", token)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		if res.StatusCode == 401 {
+			var body map[string]string
+			if err := json.NewDecoder(res.Body).Decode(&body); err != nil || body["error"] != "Invalid credentials. Token or User credentials required" {
+				t.Errorf("%s %s: 401 body %v, %v", method, path, body, err)
+			}
+		}
+		return res.StatusCode
+	}
+	counter := "/rate-limiting/counters?domain=edge&key=remote_address&value=10.0.0.1"
+	for _, c := range []struct {
+		method, path, token string
+		want                int
+	}{
+		{"GET", counter, "", 401},
+		{"GET", counter, "wrong", 401},
+		{"GET", counter, "s3cret", 404},
+		{"DELETE", counter, "", 401},
+		{"DELETE", counter, "s3cret", 204},
+		{"GET", "/rate-limiting/top", "", 401},
+		{"GET", "/rate-limiting/top", "s3cret", 200},
+		{"GET", "/healthcheck", "", 200},
+		{"GET", "/status", "", 200},
+	} {
+		if got := call(c.method, c.path, c.token); got != c.want {
+			t.Errorf("%s %s with token %q: %d, want %d", c.method, c.path, c.token, got, c.want)
+		}
+	}
+}

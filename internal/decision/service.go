@@ -129,6 +129,11 @@ type Options struct {
 	// memory per domain, whatever the traffic. Zero means
 	// policy.DefaultTopKeys (128); negative keeps no top lists.
 	TopKeys int
+	// AdminToken, when set, is required in the Kong-Admin-Token header of
+	// the counters calls of Handler (inspect, reset, top), which answer
+	// 401 without it. Empty leaves them open: keep the HTTP port on
+	// loopback or a private network.
+	AdminToken string
 }
 
 // A Service decides Envoy rate limit requests against the current
@@ -169,6 +174,7 @@ type Service struct {
 	storeOverride     *StoreConfig
 	stopIncrement     bool
 	countDenied       bool
+	adminToken        string
 	draining          atomic.Bool
 	healthMu          sync.Mutex
 	healthHooks       []func(bool)
@@ -229,7 +235,8 @@ func newServiceBase(opts Options) (*Service, error) {
 	}
 	s := &Service{now: opts.Now, log: opts.Logger, onReload: opts.OnReload, m: m, healthyWithConfig: opts.HealthyWithConfig, mergeDomains: opts.MergeDomains, topK: opts.TopKeys,
 		quotaMode: opts.QuotaMode, shadowMode: opts.ShadowMode, headers: opts.ResponseHeaders, dynamicMetadata: opts.DynamicMetadata,
-		storeOverride: opts.Store, stopIncrement: opts.StopIncrementWhenOverLimit, countDenied: opts.CountDenied}
+		storeOverride: opts.Store, stopIncrement: opts.StopIncrementWhenOverLimit, countDenied: opts.CountDenied,
+		adminToken: opts.AdminToken}
 	if opts.PeerStats {
 		s.peer = newPeerStats(opts.NearLimitRatio)
 	}

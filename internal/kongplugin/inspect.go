@@ -6,12 +6,11 @@ import (
 	"errors"
 	"net"
 	"net/http"
-	"net/url"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
+	"github.com/seed-008287da/sluice/internal/adminauth"
 	"github.com/seed-008287da/sluice/policy"
 )
 
@@ -114,7 +113,7 @@ func (p *Process) InspectHandler() http.Handler {
 		}{pl.InspectedPlugin, c})
 	})
 	mux.HandleFunc("DELETE /rate-limiting/plugins/{plugin}/counters/{identifier...}", func(w http.ResponseWriter, r *http.Request) {
-		if !sameOrigin(r) {
+		if !adminauth.SameOrigin(r) {
 			writeJSON(w, http.StatusForbidden, map[string]any{"message": "cross-origin calls that change state are refused"})
 			return
 		}
@@ -182,28 +181,14 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-func sameOrigin(r *http.Request) bool {
-	switch r.Header.Get("Sec-Fetch-Site") {
-	case "cross-site", "same-site":
-		return false
-	}
-	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return true
-	}
-	u, err := url.Parse(origin)
-	return err == nil && u.Host != "" && strings.EqualFold(u.Host, r.Host)
-}
-
 // ListenInspect serves InspectHandler on addr, a loopback address
 // ("127.0.0.1:9901"), until ctx ends. It returns once the listener is
 // open, with its address, or with the error that kept it from opening.
 func (p *Process) ListenInspect(ctx context.Context, addr string) (net.Addr, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return nil, err
 	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+	if !adminauth.IsLoopback(addr) {
 		return nil, errors.New("kongplugin: the inspect listener has no token: give a loopback address, not " + addr)
 	}
 	ln, err := net.Listen("tcp", addr)

@@ -1,31 +1,28 @@
 package admin
 
 import (
-	"crypto/subtle"
 	"mime"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
+
+	"github.com/seed-008287da/sluice/internal/adminauth"
 )
 
 // TokenHeader carries the admin token, as in Kong Enterprise.
-const TokenHeader = "Kong-Admin-Token"
+const TokenHeader = adminauth.TokenHeader
 
 // guard wraps the admin API with the checks that make its port safe to
 // open: the token, the Host names it answers to, and, for calls that
 // change state, a same-origin browser and one of Kong's content types.
 type guard struct {
-	token []byte
+	token string
 	hosts map[string]bool // lower-case host[:port]; nil accepts any
 	next  http.Handler
 }
 
 func newGuard(opts Options, next http.Handler) http.Handler {
-	g := &guard{next: next}
-	if opts.Token != "" {
-		g.token = []byte(opts.Token)
-	}
+	g := &guard{next: next, token: opts.Token}
 	if len(opts.AllowedHosts) > 0 {
 		g.hosts = make(map[string]bool, len(opts.AllowedHosts))
 		for _, h := range opts.AllowedHosts {
@@ -41,12 +38,12 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusMisdirectedRequest, map[string]any{"message": "host " + quote(r.Host) + " is not served by this admin listener"})
 		return
 	}
-	if g.token != nil && !isDashboardShell(r) && subtle.ConstantTimeCompare([]byte(r.Header.Get(TokenHeader)), g.token) != 1 {
-		writeJSON(w, http.StatusUnauthorized, map[string]any{"message": "Invalid credentials. Token or User credentials required"})
+	if g.token != "" && !isDashboardShell(r) && !adminauth.HasToken(r, g.token) {
+		writeJSON(w, http.StatusUnauthorized, map[string]any{"message": adminauth.UnauthorizedMessage})
 		return
 	}
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		if !sameOrigin(r) {
+		if !adminauth.SameOrigin(r) {
 			writeJSON(w, http.StatusForbidden, map[string]any{"message": "cross-origin admin calls are refused"})
 			return
 		}
@@ -73,25 +70,6 @@ var acceptedTypes = map[string]bool{
 	"application/x-www-form-urlencoded": true,
 }
 
-// sameOrigin reports whether a state-changing call may come from the
-// browser page that sent it: no Origin (curl, scripts) or an Origin whose
-// host is the one addressed, and no Sec-Fetch-Site saying cross-site.
-func sameOrigin(r *http.Request) bool {
-	switch r.Header.Get("Sec-Fetch-Site") {
-	case "cross-site", "same-site":
-		return false
-	}
-	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return true
-	}
-	u, err := url.Parse(origin)
-	if err != nil || u.Host == "" {
-		return false // "null" (a sandboxed frame or a file) or garbage
-	}
-	return strings.EqualFold(u.Host, r.Host)
-}
-
 // LoopbackHosts returns the Host values a client may use for a listener
 // bound to addr ("127.0.0.1:8001"): for a loopback address, the loopback
 // names with its port; for a named or specific address, that address. For
@@ -110,20 +88,6 @@ func LoopbackHosts(addr string) []string {
 		return nil
 	}
 	return []string{net.JoinHostPort(host, port)}
-}
-
-// IsLoopback reports whether a listen address is reachable only from this
-// machine.
-func IsLoopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 func quote(s string) string { return "'" + s + "'" }
