@@ -115,20 +115,20 @@ type takeResult struct {
 func (s *Store) submit(ctx context.Context, c *takeCall) (res takeResult, answered bool) {
 	// The compare-and-swap lets one caller, not every caller that looked
 	// at the same moment, take the direct path.
-	direct := s.queue == nil
+	direct := s.batch.queue == nil
 	if direct {
-		s.inflight.Add(1)
+		s.batch.inflight.Add(1)
 	} else {
-		direct = len(s.queue) == 0 && s.inflight.CompareAndSwap(0, 1)
+		direct = len(s.batch.queue) == 0 && s.batch.inflight.CompareAndSwap(0, 1)
 	}
 	if direct {
 		one := [1]*takeCall{c}
 		s.runBatch(one[:])
-		s.inflight.Add(-1)
+		s.batch.inflight.Add(-1)
 		return <-c.done, true
 	}
 	select {
-	case s.queue <- c:
+	case s.batch.queue <- c:
 	case <-ctx.Done():
 		return takeResult{err: fmt.Errorf("redisstore: queueing a decision: %w", ctx.Err())}, true
 	case <-s.stop:
@@ -155,21 +155,21 @@ func (s *Store) batcher() {
 		select {
 		case <-s.stop:
 			return
-		case c := <-s.queue:
+		case c := <-s.batch.queue:
 			batch = append(batch[:0], c)
 		}
 	fill:
 		for len(batch) < s.opts.MaxBatch {
 			select {
-			case c := <-s.queue:
+			case c := <-s.batch.queue:
 				batch = append(batch, c)
 			default:
 				break fill
 			}
 		}
-		s.inflight.Add(1)
+		s.batch.inflight.Add(1)
 		s.runBatch(batch)
-		s.inflight.Add(-1)
+		s.batch.inflight.Add(-1)
 		clear(batch)
 	}
 }

@@ -260,13 +260,13 @@ func (s *Store) Reset(ctx context.Context, r ratelimit.Request) error {
 	s.record(r.Now, nil)
 	if s.opts.SyncRate > 0 && !s.opts.KongLayout {
 		// Other nodes re-read a counter the journal says changed.
-		s.syncMu.Lock()
+		s.cycle.mu.Lock()
 		for _, l := range r.Limits {
-			if len(s.unjournaled) < maxUnjournaled {
-				s.unjournaled = append(s.unjournaled, journalMember(r.Key, storekit.CounterID(l)))
+			if len(s.cycle.unjournaled) < maxUnjournaled {
+				s.cycle.unjournaled = append(s.cycle.unjournaled, journalMember(r.Key, storekit.CounterID(l)))
 			}
 		}
-		s.syncMu.Unlock()
+		s.cycle.mu.Unlock()
 	}
 	return nil
 }

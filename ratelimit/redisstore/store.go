@@ -143,6 +143,29 @@ type Options struct {
 	OnStateChange func(from, to State, err error)
 }
 
+// batching is the state of synchronous decisions: the calls waiting for
+// a batcher (nil with MaxBatch 1, or in another mode) and the calls and
+// batches out.
+type batching struct {
+	queue    chan *takeCall
+	inflight atomic.Int64
+}
+
+// cycle is the periodic cycle's place in the namespace's journal,
+// guarded by mu (which serializes cycles): the sequence number and epoch
+// of its last journal call (cursor -1: none), whether the next cycle must
+// read every counter, the local shard the sweep reads next and when, and
+// pushes a failed journal call left to record.
+type cycle struct {
+	mu          sync.Mutex
+	cursor      int64
+	epoch       string
+	readAll     bool
+	sweep       int
+	nextSweep   time.Time
+	unjournaled []string
+}
+
 // Store is a ratelimit.Store backed by Redis. Create it with New over a
 // shared Client, or with Open over a client of its own; it is safe for
 // concurrent use. Closing a store from New stops its goroutines but not
@@ -156,25 +179,13 @@ type Store struct {
 	br     breaker
 	logger *slog.Logger
 
-	cluster  bool
-	queue    chan *takeCall
-	inflight atomic.Int64 // synchronous calls and batches out
+	cluster bool
+	batch   batching // synchronous mode (batch.go)
+	cycle   cycle    // periodic mode (sync.go)
 
 	closed atomic.Bool
 	stop   chan struct{}
 	wg     sync.WaitGroup
-	syncMu sync.Mutex
-	// The periodic cycle's place in the namespace's journal (guarded by
-	// syncMu): the sequence number and epoch of its last journal call
-	// (cursor -1: none), whether the next cycle must read every counter,
-	// the local shard the sweep reads next and when, and pushes a failed
-	// journal call left to record.
-	cursor      int64
-	epoch       string
-	readAll     bool
-	sweep       int
-	nextSweep   time.Time
-	unjournaled []string
 
 	decisions, localDecisions, redisCalls, redisErrors, syncs atomic.Uint64
 	clock                                                     syncClock // see SyncTiming
@@ -240,8 +251,8 @@ func New(c *Client, opts Options) (*Store, error) {
 		logger:  logger,
 		stop:    make(chan struct{}),
 		cluster: c.cluster,
-		cursor:  -1,
 	}
+	s.cycle.cursor = -1
 	s.clock.opened = time.Now().UnixNano()
 	s.br.threshold = int32(opts.FailureThreshold)
 	s.br.cooldown = opts.Cooldown
@@ -251,7 +262,7 @@ func New(c *Client, opts Options) (*Store, error) {
 		go s.loop()
 	}
 	if opts.SyncRate == 0 && opts.MaxBatch > 1 && !opts.KongLayout {
-		s.queue = make(chan *takeCall, opts.MaxBatch*opts.Batchers)
+		s.batch.queue = make(chan *takeCall, opts.MaxBatch*opts.Batchers)
 		for range opts.Batchers {
 			s.wg.Add(1)
 			go s.batcher()

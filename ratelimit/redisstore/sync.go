@@ -122,14 +122,14 @@ func (l *local) takeDirty() []syncItem {
 // than a step still reads every counter within sweepEvery), and which
 // shards those are.
 func (s *Store) sweepDue(now time.Time, step time.Duration) (items []syncItem, swept [localShards]bool) {
-	for n := 0; !now.Before(s.nextSweep) && n < len(swept); n++ {
-		swept[s.sweep] = true
-		items = append(items, s.local.liveShard(now, s.sweep)...)
-		s.sweep = (s.sweep + 1) % len(swept)
-		s.nextSweep = s.nextSweep.Add(step)
+	for n := 0; !now.Before(s.cycle.nextSweep) && n < len(swept); n++ {
+		swept[s.cycle.sweep] = true
+		items = append(items, s.local.liveShard(now, s.cycle.sweep)...)
+		s.cycle.sweep = (s.cycle.sweep + 1) % len(swept)
+		s.cycle.nextSweep = s.cycle.nextSweep.Add(step)
 	}
-	if !now.Before(s.nextSweep) {
-		s.nextSweep = now.Add(step) // a whole sweep was due: it was done
+	if !now.Before(s.cycle.nextSweep) {
+		s.cycle.nextSweep = now.Add(step) // a whole sweep was due: it was done
 	}
 	return items, swept
 }
@@ -231,8 +231,8 @@ func (s *Store) Sync(ctx context.Context, now time.Time) error {
 	if s.closed.Load() {
 		return ratelimit.ErrClosed
 	}
-	s.syncMu.Lock()
-	defer s.syncMu.Unlock()
+	s.cycle.mu.Lock()
+	defer s.cycle.mu.Unlock()
 	if s.opts.SyncRate <= 0 || !s.br.allow(now) {
 		s.local.sweep(now)
 		return nil
@@ -279,7 +279,7 @@ func (s *Store) Sync(ctx context.Context, now time.Time) error {
 // sweepEvery/len(shards).
 func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 	items := s.local.takeDirty()
-	if len(items) == 0 && len(s.unjournaled) == 0 && s.local.size() == 0 {
+	if len(items) == 0 && len(s.cycle.unjournaled) == 0 && s.local.size() == 0 {
 		return nil // nothing to push, nothing to refresh
 	}
 	nowArg := s.nowArg(now)
@@ -290,8 +290,8 @@ func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 			firstErr = err
 		}
 	}
-	members := s.unjournaled
-	s.unjournaled = nil
+	members := s.cycle.unjournaled
+	s.cycle.unjournaled = nil
 	if len(items) > 0 {
 		if members == nil {
 			members = make([]string, 0, len(items))
@@ -303,9 +303,9 @@ func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 	if err != nil {
 		// Others learn of these pushes from the next cycle's journal call.
 		if len(members) <= maxUnjournaled {
-			s.unjournaled = members
+			s.cycle.unjournaled = members
 		}
-		s.cursor = -1
+		s.cycle.cursor = -1
 		fail(err)
 		return firstErr
 	}
@@ -317,11 +317,11 @@ func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 	// previous window late (after a fallback, or a slow cycle). The sweep,
 	// a safety net for pushes never journaled, reads a final previous
 	// count only with a journaled change.
-	if full || s.readAll {
+	if full || s.cycle.readAll {
 		pull = s.local.live(now)
 		clearFinal(pull)
-		s.readAll = false
-		s.nextSweep = now.Add(step) // every counter is fresh
+		s.cycle.readAll = false
+		s.cycle.nextSweep = now.Add(step) // every counter is fresh
 	} else {
 		sweep, swept := s.sweepDue(now, step)
 		var changedSwept map[lkey]bool
@@ -356,7 +356,7 @@ func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 	if firstErr != nil {
 		// A push or read that failed may have left this node behind on
 		// counters its cursor has passed: the next cycle reads them all.
-		s.readAll = true
+		s.cycle.readAll = true
 	}
 	return firstErr
 }
@@ -738,7 +738,7 @@ func (s *Store) journal(ctx context.Context, now time.Time, nowArg string, membe
 	}
 	keys := []string{s.tag + "}:journal:log", s.tag + "}:journal:seq", s.tag + "}:journal:marks"}
 	retention := strconv.FormatInt(int64(max(journalRetention, 50*s.opts.SyncRate)/time.Millisecond), 10)
-	args := []string{nowArg, strconv.FormatInt(s.cursor, 10), s.epoch, retention, encodeMembers(members)}
+	args := []string{nowArg, strconv.FormatInt(s.cycle.cursor, 10), s.cycle.epoch, retention, encodeMembers(members)}
 	res, trips := journalScript.execMulti(ctx, rc, []call{{keys: keys, args: args}})
 	s.redisCalls.Add(uint64(trips))
 	vals, err := res[0].ToArray()
@@ -776,7 +776,7 @@ func (s *Store) journal(ctx context.Context, now time.Time, nowArg string, membe
 			return false, nil, fmt.Errorf("%w: journal.lua entry: %w", ErrBadReply, err)
 		}
 	}
-	s.cursor, s.epoch = seq, epoch
+	s.cycle.cursor, s.cycle.epoch = seq, epoch
 	return f == 1, changed, nil
 }
 
