@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/seed-008287da/sluice/policy/field"
@@ -60,6 +61,8 @@ type Concurrency struct {
 	strategy string
 	top      *TopKeys
 	topID    string
+
+	closed atomic.Bool
 }
 
 // A ConcurrencyResult is the answer to one Acquire. When Allowed, set
@@ -187,8 +190,11 @@ func compileConcurrency(cfg *ConcurrencyConfig) (*Concurrency, string, error) {
 	return c, ns, nil
 }
 
-// Close gives the store back to the Registry.
+// Close gives the store back to the Registry. Close is idempotent.
 func (c *Concurrency) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
 	c.reg.releaseTop(c.topID)
 	return c.reg.release(c.key)
 }

@@ -226,3 +226,33 @@ func testTopKeysSampled(t *testing.T) {
 		t.Fatalf("top = %+v; want 100 denials exactly and about 16100 requests", got)
 	}
 }
+
+// TestConcurrencyCloseTwice: a second Close gives nothing back, so another
+// limiter of the same namespace keeps its store.
+func TestConcurrencyCloseTwice(t *testing.T) {
+	ctx := context.Background()
+	reg := newRegistry(t, RegistryOptions{})
+	limit := int64(1)
+	conf := &ConcurrencyConfig{Limit: &limit, Identifier: "consumer"}
+	a, err := NewConcurrency(conf, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewConcurrency(conf, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	for range 2 {
+		if err := a.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	}
+	r := &Request{Consumer: Consumer{ID: "c-1"}, Now: at(0)}
+	if res, err := b.Acquire(ctx, r); err != nil || !res.Allowed {
+		t.Fatalf("Acquire after the other limiter's two Closes: %+v, %v; want allowed", res, err)
+	}
+	if top := b.Top(r.Now, TopByDenied, 5); top == nil {
+		t.Fatal("Top: the shared top-keys list was released")
+	}
+}
