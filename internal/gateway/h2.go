@@ -49,6 +49,9 @@ func (c h2Conn) Read([]byte) (int, error)  { return 0, errH2Conn }
 func (c h2Conn) Write([]byte) (int, error) { return 0, errH2Conn }
 func (c h2Conn) Close() error              { return nil }
 
+// h2Body is a request body of an HTTP/2 stream, which net/http closes.
+type h2Body struct{ io.Reader }
+
 var h2Ctxs sync.Pool
 
 func (g *Gateway) serveH2(w http.ResponseWriter, r *http.Request) {
@@ -80,7 +83,10 @@ func (g *Gateway) serveH2(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
-		req.SetBodyStream(r.Body, int(r.ContentLength))
+		// Without Close: net/http closes the body when the handler
+		// returns, and replacing a stream (proxy's body limit) closes
+		// the old one, which would cut a body without Content-Length.
+		req.SetBodyStream(h2Body{r.Body}, int(r.ContentLength))
 	} else {
 		req.Header.SetContentLength(0)
 	}

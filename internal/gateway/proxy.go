@@ -25,8 +25,8 @@ func (g *Gateway) proxy(ctx *fasthttp.RequestCtx, x *Exchange, start time.Time) 
 	if cl := ctx.Request.Header.ContentLength(); ctx.Request.IsBodyStream() && (cl < 0 || !bridged(ctx)) {
 		// Read through limitedBody, which tells the client's failures
 		// (a malformed chunk, a body cut short) from the upstream's.
-		// (Replacing the stream closes the old one: an HTTP/2 body with a
-		// length, which net/http checks, is left as it is.) fasthttp
+		// (An HTTP/2 body with a length, which net/http checks, is left
+		// as it is.) fasthttp
 		// bounds only bodies with a Content-Length when streaming; a
 		// chunked body is cut here. The server loop keeps its own reference
 		// to the original stream and drains it.

@@ -16,6 +16,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -498,5 +499,68 @@ certificates:
 	}
 	if res.StatusCode != 401 {
 		t.Errorf("a wrong key over HTTP/2: %d %s", res.StatusCode, body)
+	}
+}
+
+// A streamed HTTP/2 request body (no Content-Length) reaches the upstream
+// whole, and request-size-limiting still cuts one that is too large.
+func TestHTTP2StreamedBody(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintf(w, "%d", n)
+	}))
+	t.Cleanup(up.Close)
+	ca := newTestCA(t)
+	c, k := ca.issue(t, "h2", "h2.test")
+	config := fmt.Sprintf(`_format_version: "3.0"
+services:
+- name: s
+  url: %s
+  routes:
+  - name: r
+    paths: ["/open"]
+  - name: limited
+    paths: ["/limited"]
+    plugins: [{name: request-size-limiting, config: {allowed_payload_size: 1, size_unit: kilobytes}}]
+certificates:
+%s`, up.URL, certEntry(c, k, "h2.test"))
+	_, addr, _ := startTLSGateway(t, config, Options{})
+	cl := h2Client(ca.pool, "h2.test")
+	post := func(path string, size int) (int, string) {
+		t.Helper()
+		pr, pw := io.Pipe()
+		go func() {
+			chunk := []byte(strings.Repeat("x", 1000))
+			for left := size; left > 0; left -= len(chunk) {
+				if _, err := pw.Write(chunk[:min(len(chunk), left)]); err != nil {
+					return
+				}
+			}
+			pw.Close()
+		}()
+		defer pr.Close()
+		res, err := cl.Post("https://"+addr+path, "text/plain", pr)
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		defer res.Body.Close()
+		body, _ := io.ReadAll(res.Body)
+		if res.Proto != "HTTP/2.0" {
+			t.Fatalf("POST %s: got %s, want HTTP/2.0", path, res.Proto)
+		}
+		return res.StatusCode, string(body)
+	}
+	if st, body := post("/open", 100000); st != 200 || body != "100000" {
+		t.Errorf("streamed body: got %d %q, want 200 \"100000\"", st, body)
+	}
+	if st, body := post("/limited", 1000); st != 200 || body != "1000" {
+		t.Errorf("streamed body within the limit: got %d %q, want 200 \"1000\"", st, body)
+	}
+	if st, _ := post("/limited", 5000); st != 413 {
+		t.Errorf("streamed body over the limit: got %d, want 413", st)
 	}
 }
