@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -13,13 +12,10 @@ import (
 // decodeStrict decodes a plugin config object into dst, rejecting unknown
 // fields and wrong types with errors naming "config.<field>".
 func decodeStrict(raw json.RawMessage, dst any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	err := dec.Decode(dst)
-	if err == nil {
-		return nil
+	if err := field.Decode("config", raw, dst); err != nil {
+		return kongconf.Errors{err.(field.Error)}
 	}
-	return kongconf.Errors{field.JSON("config", err)}
+	return nil
 }
 
 // keyAuthConfig is Kong's key-auth config.

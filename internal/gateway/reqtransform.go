@@ -61,36 +61,13 @@ type rtReplace struct {
 	URI *string `json:"uri"`
 }
 
-// requestTransformerConfig's records are decoded one by one, so that an
-// error in one names its path ("config.replace.path: unknown field").
 type requestTransformerConfig struct {
-	HTTPMethod *string         `json:"http_method"`
-	Remove     json.RawMessage `json:"remove"`
-	Rename     json.RawMessage `json:"rename"`
-	Replace    json.RawMessage `json:"replace"`
-	Add        json.RawMessage `json:"add"`
-	Append     json.RawMessage `json:"append"`
-}
-
-// decodeRecords decodes the raw records of a plugin config strictly, each
-// at "config.<name>"; an absent or null record stays zero.
-func decodeRecords(records map[string]json.RawMessage, dst map[string]any) error {
-	var errs kongconf.Errors
-	for name, raw := range records {
-		if len(raw) == 0 || string(raw) == "null" {
-			continue
-		}
-		dec := json.NewDecoder(bytes.NewReader(raw))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(dst[name]); err != nil {
-			errs = append(errs, field.JSON("config."+name, err))
-		}
-	}
-	if len(errs) > 0 {
-		sort.Slice(errs, func(i, j int) bool { return errs[i].Path < errs[j].Path })
-		return errs
-	}
-	return nil
+	HTTPMethod *string   `json:"http_method"`
+	Remove     rtRecord  `json:"remove"`
+	Rename     rtRecord  `json:"rename"`
+	Replace    rtReplace `json:"replace"`
+	Add        rtRecord  `json:"add"`
+	Append     rtRecord  `json:"append"`
 }
 
 // splitPair splits "name:value" as Kong does (the name is up to the
@@ -104,18 +81,8 @@ func splitPair(s string) (name, value string) {
 }
 
 func newRequestTransformer(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
-	var rc requestTransformerConfig
-	if err := decodeStrict(raw, &rc); err != nil {
-		return nil, err
-	}
-	var c struct {
-		HTTPMethod                  *string
-		Remove, Rename, Add, Append rtRecord
-		Replace                     rtReplace
-	}
-	c.HTTPMethod = rc.HTTPMethod
-	if err := decodeRecords(map[string]json.RawMessage{"remove": rc.Remove, "rename": rc.Rename, "replace": rc.Replace, "add": rc.Add, "append": rc.Append},
-		map[string]any{"remove": &c.Remove, "rename": &c.Rename, "replace": &c.Replace, "add": &c.Add, "append": &c.Append}); err != nil {
+	var c requestTransformerConfig
+	if err := decodeStrict(raw, &c); err != nil {
 		return nil, err
 	}
 	var errs kongconf.Errors

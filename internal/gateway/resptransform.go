@@ -56,25 +56,16 @@ type rspRename struct {
 }
 
 type responseTransformerConfig struct {
-	Remove  json.RawMessage `json:"remove"`
-	Rename  json.RawMessage `json:"rename"`
-	Replace json.RawMessage `json:"replace"`
-	Add     json.RawMessage `json:"add"`
-	Append  json.RawMessage `json:"append"`
+	Remove  rspRemove `json:"remove"`
+	Rename  rspRename `json:"rename"`
+	Replace rspRecord `json:"replace"`
+	Add     rspRecord `json:"add"`
+	Append  rspRecord `json:"append"`
 }
 
 func newResponseTransformer(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
-	var rc responseTransformerConfig
-	if err := decodeStrict(raw, &rc); err != nil {
-		return nil, err
-	}
-	var c struct {
-		Remove               rspRemove
-		Rename               rspRename
-		Replace, Add, Append rspRecord
-	}
-	if err := decodeRecords(map[string]json.RawMessage{"remove": rc.Remove, "rename": rc.Rename, "replace": rc.Replace, "add": rc.Add, "append": rc.Append},
-		map[string]any{"remove": &c.Remove, "rename": &c.Rename, "replace": &c.Replace, "add": &c.Add, "append": &c.Append}); err != nil {
+	var c responseTransformerConfig
+	if err := decodeStrict(raw, &c); err != nil {
 		return nil, err
 	}
 	var errs kongconf.Errors

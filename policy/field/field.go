@@ -6,6 +6,7 @@
 package field
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -66,10 +67,160 @@ func Of(err error) ([]Error, bool) {
 	return l.FieldErrors(), true
 }
 
+// Decode decodes the JSON config data into dst strictly (an unknown field
+// is an error) and describes a problem as JSON does, at path; the error
+// is an Error. An unknown field is named by its full path
+// ("config.replace.path"), however deep in records and lists it is.
+func Decode(path string, data []byte, dst any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(dst)
+	if err == nil {
+		return nil
+	}
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) && te.Field != "" {
+		te.Field = withoutEmbedded(reflect.TypeOf(dst), te.Field)
+	}
+	fe := JSON(path, err)
+	if fe.Message == "unknown field" {
+		if p, ok := unknownField(path, data, reflect.TypeOf(dst)); ok && lastName(p) == lastName(fe.Path) {
+			fe.Path = p
+		}
+	}
+	return fe
+}
+
+// withoutEmbedded drops from an encoding/json error's field path
+// ("replace.rtRecord.headers") the Go names of embedded structs, which
+// the config's user never writes.
+func withoutEmbedded(t reflect.Type, path string) string {
+	var out []string
+	for _, seg := range strings.Split(path, ".") {
+		for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array || t.Kind() == reflect.Map {
+			t = t.Elem()
+		}
+		if t.Kind() != reflect.Struct {
+			return path
+		}
+		if f, ok := structField(t, seg); ok {
+			out, t = append(out, seg), f.Type
+		} else if f, ok := t.FieldByName(seg); ok && f.Anonymous {
+			t = f.Type
+		} else {
+			return path
+		}
+	}
+	return strings.Join(out, ".")
+}
+
+// lastName is the last field name of path.
+func lastName(path string) string {
+	return path[strings.LastIndexByte(path, '.')+1:]
+}
+
+// unknownField returns the path of the first field in data, in document
+// order, that a value of type t has no field for, as encoding/json finds
+// it; false when there is none or a value decodes itself.
+func unknownField(path string, data []byte, t reflect.Type) (string, bool) {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Implements(unmarshaler) || reflect.PointerTo(t).Implements(unmarshaler) {
+		return "", false
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	open, err := dec.Token()
+	if err != nil {
+		return "", false
+	}
+	switch {
+	case open == json.Delim('{') && (t.Kind() == reflect.Struct || t.Kind() == reflect.Map):
+		for dec.More() {
+			k, err := dec.Token()
+			var v json.RawMessage
+			if err != nil || dec.Decode(&v) != nil {
+				return "", false
+			}
+			key, _ := k.(string)
+			var ft reflect.Type
+			if t.Kind() == reflect.Map {
+				ft = t.Elem()
+			} else if f, ok := structField(t, key); ok {
+				ft = f.Type
+			} else {
+				return join(path, key), true
+			}
+			if p, ok := unknownField(join(path, key), v, ft); ok {
+				return p, true
+			}
+		}
+	case open == json.Delim('[') && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array):
+		for i := 0; dec.More(); i++ {
+			var v json.RawMessage
+			if dec.Decode(&v) != nil {
+				return "", false
+			}
+			if p, ok := unknownField(path+"["+strconv.Itoa(i)+"]", v, t.Elem()); ok {
+				return p, true
+			}
+		}
+	}
+	return "", false
+}
+
+var unmarshaler = reflect.TypeFor[json.Unmarshaler]()
+
+// structField finds the field of struct type t that encoding/json decodes
+// the key into: by its name (tag or Go name) exactly, else ignoring case;
+// the fields of embedded structs count as t's own.
+func structField(t reflect.Type, key string) (reflect.StructField, bool) {
+	var fold reflect.StructField
+	found := false
+	var walk func(t reflect.Type) bool
+	walk = func(t reflect.Type) bool {
+		for i := range t.NumField() {
+			f := t.Field(i)
+			tag := f.Tag.Get("json")
+			if tag == "-" {
+				continue
+			}
+			name, _, _ := strings.Cut(tag, ",")
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if f.Anonymous && name == "" && ft.Kind() == reflect.Struct {
+				if walk(ft) {
+					return true
+				}
+				continue
+			}
+			if !f.IsExported() {
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			if name == key {
+				fold, found = f, true
+				return true
+			}
+			if !found && strings.EqualFold(name, key) {
+				fold, found = f, true
+			}
+		}
+		return false
+	}
+	walk(t)
+	return fold, found
+}
+
 // JSON describes an error of encoding/json decoding a config into Go
 // values, at path (joined with the field the error names), in the user's
 // words: "expected a list of strings, got an object", never Go's
-// "[]string".
+// "[]string". encoding/json does not say where an unknown field is, so
+// JSON names it just below path; Decode names it by its full path.
 func JSON(path string, err error) Error {
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError

@@ -77,3 +77,44 @@ func TestOfAndUnder(t *testing.T) {
 		t.Fatal("Of found field errors in a plain error")
 	}
 }
+
+// TestDecodeUnknownFieldPath: an unknown field is named by its full path,
+// in records, embedded records, lists and maps.
+func TestDecodeUnknownFieldPath(t *testing.T) {
+	type record struct {
+		Headers []string `json:"headers"`
+	}
+	type replace struct {
+		record
+		URI *string `json:"uri"`
+	}
+	type conf struct {
+		Path    string             `json:"path"`
+		Replace replace            `json:"replace"`
+		Items   []record           `json:"items"`
+		ByName  map[string]*record `json:"by_name"`
+		Raw     json.RawMessage    `json:"raw"`
+	}
+	for _, tc := range []struct{ in, want string }{
+		{`{"replace":{"headers":[],"path":"/x"}}`, "config.replace.path: unknown field"},
+		{`{"path":"/", "replace":{"URI":"/a","path":"/x"}}`, "config.replace.path: unknown field"},
+		{`{"items":[{"headers":[]},{"nope":1}]}`, "config.items[1].nope: unknown field"},
+		{`{"by_name":{"a":{"nope":1}}}`, "config.by_name.a.nope: unknown field"},
+		{`{"raw":{"x":1},"extra":2}`, "config.extra: unknown field"},
+		{`{"replace":{"path":1}, "extra":2}`, "config.replace.path: unknown field"},
+		{`{"replace":{"headers":{}}}`, "config.replace.headers: expected a list of strings, got an object"},
+	} {
+		var c conf
+		err := Decode("config", []byte(tc.in), &c)
+		if err == nil {
+			t.Fatalf("%s: no error", tc.in)
+		}
+		if got := err.Error(); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	var c conf
+	if err := Decode("config", []byte(`{"replace":{"uri":"/a"}}`), &c); err != nil || *c.Replace.URI != "/a" {
+		t.Fatalf("valid config: %v, %+v", err, c)
+	}
+}
