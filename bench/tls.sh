@@ -9,7 +9,8 @@
 #              HTTP/2 on net/http feeding the same handler)
 #   sluice-nh  (with SLUICE_NETHTTP set to a binary built with every TLS
 #              connection sent to the net/http server: the alternative
-#              design, for the h1 comparison)
+#              design, for the h1 comparison: go build -tags sluice_nethttp
+#              -o /tmp/sluice-nh ./cmd/sluice)
 # Loads, alternated between servers in every round:
 #   h1  wrk over TLS (HTTP/1.1 keep-alive)
 #   h2  h2load (nghttp2-client), CONNS connections, STREAMS streams each

@@ -177,7 +177,7 @@ func (g *Gateway) ServeTLS(ln net.Listener, http2 bool) error {
 					return
 				}
 				_ = tc.SetDeadline(time.Time{})
-				if h2 != nil && tc.ConnectionState().NegotiatedProtocol == "h2" {
+				if h2 != nil && (tlsAllNetHTTP || tc.ConnectionState().NegotiatedProtocol == "h2") {
 					h2.push(tc)
 					return
 				}
