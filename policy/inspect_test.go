@@ -256,3 +256,29 @@ func TestConcurrencyCloseTwice(t *testing.T) {
 		t.Fatal("Top: the shared top-keys list was released")
 	}
 }
+
+// RecordFunc builds the key only for decisions the sketch records: every
+// denial, and the allowed decisions the sample keeps.
+func TestTopKeysRecordFuncBuildsOnlyRecorded(t *testing.T) {
+	top := NewTopKeys(4)
+	now := time.Unix(1000, 0)
+	built := 0
+	key := func() string { built++; return "k" }
+	for range 1600 {
+		top.RecordFunc(now, false, key)
+	}
+	allowedBuilt := built
+	if allowedBuilt == 0 || allowedBuilt >= 1600 {
+		t.Fatalf("1600 allowed decisions built the key %d times, want a one-in-%d sample", allowedBuilt, topSample)
+	}
+	for range 10 {
+		top.RecordFunc(now, true, key)
+	}
+	if built != allowedBuilt+10 {
+		t.Fatalf("10 denials built the key %d times, want 10", built-allowedBuilt)
+	}
+	got := top.Top(now, TopByDenied, 1)
+	if len(got) != 1 || got[0].Identifier != "k" || got[0].Denied != 10 || got[0].Requests != int64(allowedBuilt)*topSample+10 {
+		t.Fatalf("top: %+v, want k with 10 denied of %d", got, int64(allowedBuilt)*topSample+10)
+	}
+}

@@ -96,16 +96,36 @@ type topNode struct {
 // keeps key as it is: a caller whose key aliases a buffer it reuses
 // (an unsafe conversion) passes a copy.
 func (t *TopKeys) Record(now time.Time, key string, denied bool) {
+	if w, d, ok := t.weigh(denied); ok {
+		t.record(now, key, w, d)
+	}
+}
+
+// RecordFunc is Record for a key that costs something to build: key is
+// called only when the decision is recorded (every denial, one allowed
+// decision in 16).
+func (t *TopKeys) RecordFunc(now time.Time, denied bool, key func() string) {
+	if w, d, ok := t.weigh(denied); ok {
+		t.record(now, key(), w, d)
+	}
+}
+
+// weigh returns the requests and denials one decision adds, or false when
+// the sample leaves it out.
+func (t *TopKeys) weigh(denied bool) (w, d int64, ok bool) {
 	if t == nil {
-		return
+		return 0, 0, false
 	}
-	w, d := int64(1), int64(1)
-	if !denied {
-		if t.sample > 1 && rand.Uint64()%uint64(t.sample) != 0 {
-			return
-		}
-		w, d = t.sample, 0
+	if denied {
+		return 1, 1, true
 	}
+	if t.sample > 1 && rand.Uint64()%uint64(t.sample) != 0 {
+		return 0, 0, false
+	}
+	return t.sample, 0, true
+}
+
+func (t *TopKeys) record(now time.Time, key string, w, d int64) {
 	epoch := now.UnixNano() / int64(topBucketLen)
 	t.mu.Lock()
 	b := &t.buckets[epoch%topBuckets]

@@ -148,7 +148,7 @@ func (s *Service) topOf(domain string) *policy.TopKeys {
 // recordTop counts one decision of a descriptor in its domain's top list.
 func (s *Service) recordTop(domain string, d *rlpb.RateLimitDescriptor, denied bool, now time.Time) {
 	if t := s.topOf(domain); t != nil {
-		t.Record(now, topIdentifier(d), denied)
+		t.RecordFunc(now, denied, func() string { return topIdentifier(d) })
 	}
 }
 
