@@ -268,7 +268,10 @@ func redisEnv(getenv func(string) (string, bool)) (*decision.StoreConfig, error)
 	if st, _ := lookup(getenv, "REDIS_SOCKET_TYPE"); !strings.EqualFold(st, "tcp") {
 		return nil, fmt.Errorf("REDIS_SOCKET_TYPE=%q is not supported: sluice reaches Redis over tcp only (envoyproxy/ratelimit's default is unix); set REDIS_SOCKET_TYPE=tcp", st)
 	}
-	rc := decision.RedisConfig{Namespace: "decision"}
+	rc := decision.RedisConfig{Namespace: "decision", SettingNames: map[string]string{
+		"password": "REDIS_AUTH", "username": "REDIS_AUTH", "host": "REDIS_URL",
+		"server_name": "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "ssl_verify": "REDIS_TLS_CACERT",
+	}}
 	addrs := func(list []string) ([]redisstore.Addr, error) {
 		var out []redisstore.Addr
 		for _, a := range list {

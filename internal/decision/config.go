@@ -256,6 +256,18 @@ type RedisConfig struct {
 	// node of the service one clock for them. Windows follow the service's
 	// clock either way.
 	ServiceClock bool
+	// SettingNames names Config's fields as the user set them (for
+	// example "password": "REDIS_AUTH") in the error logged when Redis
+	// refuses the configuration; a field not in it is named
+	// config.redis.FIELD, as in the file.
+	SettingNames map[string]string
+}
+
+func (rc RedisConfig) settingName(f string) string {
+	if n, ok := rc.SettingNames[f]; ok {
+		return n
+	}
+	return "config.redis." + f
 }
 
 // Parse decodes and validates a configuration file. Unknown fields are

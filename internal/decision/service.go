@@ -306,6 +306,7 @@ func (s *Service) openStore(sc StoreConfig) (ratelimit.Store, error) {
 			Timeout:       rc.Timeout,
 			CallerClock:   rc.ServiceClock,
 			Logger:        s.log,
+			SettingName:   rc.settingName,
 			OnStateChange: s.m.redisStateChanged(rc.Namespace),
 		})
 		if err != nil {

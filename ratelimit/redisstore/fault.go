@@ -91,8 +91,12 @@ func (s *Store) logState(from, to State, err error) {
 		}
 		s.downReason = reason
 		if f != nil {
+			setting := "config.redis." + f.Setting
+			if s.opts.SettingName != nil {
+				setting = s.opts.SettingName(f.Setting)
+			}
 			s.logger.Error("redisstore: redis refuses the configuration, deciding with local counters",
-				"namespace", ns, "reason", f.Reason, "setting", "config.redis."+f.Setting, "error", err)
+				"namespace", ns, "reason", f.Reason, "setting", setting, "error", err)
 			return
 		}
 		s.logger.Warn("redisstore: redis unavailable, deciding with local counters",

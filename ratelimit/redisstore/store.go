@@ -137,6 +137,10 @@ type Options struct {
 
 	// Logger receives one line per state change; nil discards them.
 	Logger *slog.Logger
+	// SettingName names a Config field (a Fault's Setting) in the error
+	// logged for a configuration fault, as the user set it (an environment
+	// variable, say); nil names it "config.redis.FIELD".
+	SettingName func(field string) string
 	// OnStateChange, when set, is called once per state change, in order,
 	// with the error that caused a switch to fallback. It must not block:
 	// it runs while the store's breaker is locked.
