@@ -245,8 +245,8 @@ type RedisConfig struct {
 	// (<KeyPrefix><domain>_<key>_<value>_..._<window start>), so a fleet
 	// can move from envoyproxy/ratelimit to sluice, or run both, without
 	// counters restarting. It holds fixed windows of one unit only, counts
-	// denied hits as envoyproxy/ratelimit does, and ignores Namespace,
-	// SyncRate and Timeout (see docs/decision-service.md).
+	// denied hits as envoyproxy/ratelimit does, and ignores Namespace
+	// and SyncRate (see docs/decision-service.md).
 	EnvoyLayout bool
 	// KeyPrefix starts every key of EnvoyLayout (envoyproxy/ratelimit's
 	// CACHE_KEY_PREFIX).

@@ -1,12 +1,15 @@
 package decision
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/seed-008287da/sluice/internal/testservers"
@@ -85,5 +88,54 @@ func TestEnvoyKeyLayoutLimits(t *testing.T) {
 	}
 	if _, err := Parse([]byte("store: {type: redis, redis: {key_prefix: x}}\ndomain: d\ndescriptors: [{key: k}]\n")); err == nil || !strings.Contains(err.Error(), "key_prefix: only with key_layout envoy") {
 		t.Errorf("key_prefix without the layout: %v", err)
+	}
+}
+
+// key_layout envoy connects as the other layouts do: a Redis that refuses
+// connections at start is no error, the service decides with local
+// counters from its first call, and once Redis answers (the first call
+// after the cool-down) it counts in envoyproxy/ratelimit's keys again.
+func TestEnvoyKeyLayoutRedisDownAtStart(t *testing.T) {
+	r := testservers.Redis(t, testservers.RedisOptions{})
+	r.Stop()
+	clk := newClock(t0)
+	s, err := Open(mustParse(t, envoyLayoutConfig(r, "pre_")), clk.opts())
+	if err != nil {
+		t.Fatalf("Open with redis down: %v", err)
+	}
+	defer s.Close()
+	c, _ := serveGRPC(t, s)
+	k := request("d", desc("k", "v"))
+	runSteps(t, c, []step{
+		{"1 (local)", k, OK, codes_(OK), []uint32{2}, nil},
+		{"2 (local)", k, OK, codes_(OK), []uint32{1}, nil},
+		{"3 (local)", k, OK, codes_(OK), []uint32{0}, nil},
+		{"4 (local): over", k, OVER, codes_(OVER), []uint32{0}, nil},
+	})
+	if v := testutil.ToFloat64(s.m.redisFallback.WithLabelValues("decision")); v != 1 {
+		t.Errorf("sluice_redis_fallback with redis down = %v, want 1", v)
+	}
+
+	r.Restart(t)
+	clk.add(2 * time.Second) // past the cool-down
+	now := t0.Add(2 * time.Second)
+	minute := strconv.FormatInt(now.Unix()/60*60, 10)
+	runSteps(t, c, []step{{"5 (redis back)", k, OK, codes_(OK), []uint32{2}, nil}})
+	if got := fmt.Sprint(r.Do(t, "GET", "pre_d_k_v_"+minute)); got != "1" {
+		t.Errorf("counter in the peer's key once redis answers = %s, want 1", got)
+	}
+	if v := testutil.ToFloat64(s.m.redisFallback.WithLabelValues("decision")); v != 0 {
+		t.Errorf("sluice_redis_fallback with redis back = %v, want 0", v)
+	}
+	// The counters calls read and reset the peer's key.
+	cnt, found, err := s.Counter(context.Background(), "d", []DescriptorEntry{{Key: "k", Value: "v"}}, now)
+	if err != nil || !found || cnt.Windows[0].Current != 1 {
+		t.Errorf("Counter = %+v, %v, %v; want the peer's key's count 1", cnt, found, err)
+	}
+	if err := s.Reset(context.Background(), "d", []DescriptorEntry{{Key: "k", Value: "v"}}, now); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := r.Do(t, "EXISTS", "pre_d_k_v_"+minute).(int64); n != 0 {
+		t.Errorf("the peer's key is still there after Reset")
 	}
 }

@@ -69,7 +69,7 @@ func (s *Service) counted(domain string, entries []DescriptorEntry) (*generation
 	if n == nil || n.rule.unlimited || len(n.rule.limits) == 0 {
 		return nil, nil, "", ErrNoRule
 	}
-	return g, n.rule, counterKey(domain, d, n), nil
+	return g, n.rule, g.storeKey(domain, d, n), nil
 }
 
 // Counter reads the counter of a request descriptor in domain at now,

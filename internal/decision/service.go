@@ -293,18 +293,12 @@ func (s *Service) openStore(sc StoreConfig) (ratelimit.Store, error) {
 		return memorystore.New(memorystore.Options{MaxKeys: int(sc.Memory.MaxKeys)}), nil
 	case "redis":
 		rc := sc.Redis
-		if rc.EnvoyLayout {
-			st, err := openEnvoyStore(rc)
-			if err != nil {
-				return nil, err
-			}
-			return st, nil
-		}
 		st, err := redisstore.Open(rc.Config, redisstore.Options{
 			Namespace:     rc.Namespace,
 			SyncRate:      rc.SyncRate,
 			Timeout:       rc.Timeout,
 			CallerClock:   rc.ServiceClock,
+			EnvoyLayout:   rc.EnvoyLayout,
 			Logger:        s.log,
 			SettingName:   rc.settingName,
 			OnStateChange: s.m.redisStateChanged(rc.Namespace),
@@ -637,11 +631,7 @@ func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now t
 		}
 		if m.rule != nil && !m.rule.unlimited {
 			pending++
-			if rc := g.cfg.Store.Redis; rc.EnvoyLayout {
-				m.key = envoyKey(rc.KeyPrefix, req.GetDomain(), descs[i], m.node)
-			} else {
-				m.key = counterKey(req.GetDomain(), descs[i], m.node)
-			}
+			m.key = g.storeKey(req.GetDomain(), descs[i], m.node)
 		}
 	}
 
@@ -820,6 +810,16 @@ func (s *Service) ruleFor(cfg *Config, tree *node, d *rlpb.RateLimitDescriptor) 
 		return match{}, nil
 	}
 	return match{rule: n.rule, node: n}, nil
+}
+
+// storeKey is the store's key of d in domain, matched at n (nil for a
+// limit override): envoyproxy/ratelimit's with key_layout envoy, else
+// counterKey.
+func (g *generation) storeKey(domain string, d *rlpb.RateLimitDescriptor, n *node) string {
+	if rc := &g.cfg.Store.Redis; rc.EnvoyLayout {
+		return envoyKey(rc.KeyPrefix, domain, d, n)
+	}
+	return counterKey(domain, d, n)
 }
 
 // counterKey identifies the counter of one request descriptor. The parts

@@ -66,15 +66,23 @@ func (s *Store) read(ctx context.Context, r *ratelimit.Request) ([]storekit.Coun
 			return nil, time.Time{}, err
 		}
 	}
+	if s.opts.EnvoyLayout {
+		if err := checkEnvoy(r.Limits); err != nil {
+			return nil, time.Time{}, err
+		}
+	}
 	if s.opts.SyncRate != 0 || !s.br.allow(r.Now) {
 		return s.local.counters(r), r.Now, nil
 	}
 	var cs []storekit.Counter
 	now := r.Now
 	var err error
-	if s.opts.KongLayout {
+	switch {
+	case s.opts.KongLayout:
 		cs, err = s.readKong(ctx, r)
-	} else {
+	case s.opts.EnvoyLayout:
+		cs, err = s.readEnvoy(ctx, r)
+	default:
 		cs, now, err = s.readScript(ctx, r)
 	}
 	s.record(r.Now, err)
@@ -216,7 +224,14 @@ func (s *Store) Reset(ctx context.Context, r ratelimit.Request) error {
 		return err
 	}
 	var cmds rueidis.Commands
-	if s.opts.KongLayout {
+	switch {
+	case s.opts.EnvoyLayout:
+		if err := checkEnvoy(r.Limits); err != nil {
+			return err
+		}
+		key, _ := envoyWindow(&r)
+		cmds = append(cmds, rc.B().Del().Key(key).Build())
+	case s.opts.KongLayout:
 		if err := checkKong(r.Limits); err != nil {
 			return err
 		}
@@ -227,7 +242,7 @@ func (s *Store) Reset(ctx context.Context, r ratelimit.Request) error {
 				rc.B().Hdel().Key(s.kongHash(start, l.Window)).Field(r.Key).Build(),
 				rc.B().Hdel().Key(s.kongHash(start-w, l.Window)).Field(r.Key).Build())
 		}
-	} else {
+	default:
 		nowMs := floorDiv(r.Now.UnixNano(), int64(time.Millisecond))
 		var keys []string
 		for _, l := range r.Limits {

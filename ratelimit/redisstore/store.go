@@ -106,6 +106,19 @@ type Options struct {
 	// node's clock. Leases keep sluice's own keys.
 	KongLayout bool
 
+	// EnvoyLayout keeps window counters in envoyproxy/ratelimit's Redis
+	// layout: the count of a window is a plain integer under Request.Key
+	// followed by the window's start in Unix seconds, expiring one window
+	// later, so that sluice and envoyproxy/ratelimit nodes continue each
+	// other's counters. The caller builds the key (envoyproxy/ratelimit's
+	// "<prefix><domain>_<key>_<value>_"); Namespace and Prefix are not
+	// used. It holds one fixed window of whole seconds per request (other
+	// limits are an invalid request), counts a denied call too
+	// (Request.Penalty is implied), as envoyproxy/ratelimit does, and takes
+	// window starts from the decision's time. It needs a synchronous
+	// SyncRate (zero) or LocalOnly.
+	EnvoyLayout bool
+
 	// MaxBatch is the largest number of synchronous decisions sent in one
 	// batch (one pipeline; one take.lua call per slot for those that need
 	// the script); zero means 128. 1 sends every decision on its own
@@ -243,6 +256,9 @@ func New(c *Client, opts Options) (*Store, error) {
 	if opts.SyncRate < 0 {
 		opts.SyncRate = LocalOnly
 	}
+	if opts.EnvoyLayout && (opts.KongLayout || opts.SyncRate > 0) {
+		return nil, fmt.Errorf("%w: EnvoyLayout needs a synchronous SyncRate and no KongLayout", ErrConfig)
+	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -265,7 +281,7 @@ func New(c *Client, opts Options) (*Store, error) {
 		s.wg.Add(1)
 		go s.loop()
 	}
-	if opts.SyncRate == 0 && opts.MaxBatch > 1 && !opts.KongLayout {
+	if opts.SyncRate == 0 && opts.MaxBatch > 1 && !opts.KongLayout && !opts.EnvoyLayout {
 		s.batch.queue = make(chan *takeCall, opts.MaxBatch*opts.Batchers)
 		for range opts.Batchers {
 			s.wg.Add(1)
@@ -394,6 +410,12 @@ func (s *Store) take(ctx context.Context, r ratelimit.Request, plain func(*ratel
 	if r.Now.IsZero() {
 		r.Now = time.Now()
 	}
+	if s.opts.EnvoyLayout {
+		if err := checkEnvoy(r.Limits); err != nil {
+			return ratelimit.Decision{}, err
+		}
+		r.Penalty = true
+	}
 	if r.Peek {
 		return s.peek(ctx, &r)
 	}
@@ -414,7 +436,7 @@ func (s *Store) take(ctx context.Context, r ratelimit.Request, plain func(*ratel
 		if err := checkKong(r.Limits); err != nil {
 			return ratelimit.Decision{}, err
 		}
-	} else if !windows {
+	} else if !windows && !s.opts.EnvoyLayout {
 		if err := checkExact(&r, r.Cost); err != nil {
 			return ratelimit.Decision{}, err
 		}
@@ -431,6 +453,8 @@ func (s *Store) take(ctx context.Context, r ratelimit.Request, plain func(*ratel
 	switch {
 	case s.opts.KongLayout:
 		d, err = s.takeKong(ctx, &r)
+	case s.opts.EnvoyLayout:
+		d, err = s.takeEnvoy(ctx, &r)
 	case windows:
 		d, err = s.takeIncr(ctx, &r)
 	default:
