@@ -343,12 +343,26 @@ func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
 			}
 		}
 		clearFinal(pull)
-		for i := range sweep {
-			if changedSwept[lkey{sweep[i].key, sweep[i].id}] {
-				sweep[i].final = 0
+		// A counter this cycle pushed was read by its push: the sweep
+		// reads it again only when the journal says another node changed
+		// it since.
+		var pushed map[lkey]bool
+		if len(sweep) > 0 && len(items) > 0 {
+			pushed = make(map[lkey]bool, len(items))
+			for i := range items {
+				pushed[lkey{items[i].key, items[i].id}] = true
 			}
 		}
-		pull = append(pull, sweep...)
+		for i := range sweep {
+			k := lkey{sweep[i].key, sweep[i].id}
+			switch {
+			case changedSwept[k]:
+				sweep[i].final = 0
+			case pushed[k]:
+				continue
+			}
+			pull = append(pull, sweep[i])
+		}
 	}
 	if len(pull) > 0 {
 		s.push(ctx, pull, nowArg, nowUs, nil, fail)
