@@ -5,7 +5,7 @@
 // sethvargo/go-limiter, ulule/limiter, throttled, go-redis/redis_rate) never
 // enter sluice's go.mod. Nothing here is imported by sluice.
 //
-// Three parts, each with a script that prints the exact commands it runs and
+// Each part has a script that prints the exact commands it runs and
 // the machine it runs on:
 //
 //   - run-sdk.sh: in-process limiters (BenchmarkHotKey, BenchmarkKeys) and
@@ -14,6 +14,10 @@
 //     by the benchmark (BenchmarkRedis), with Redis commands and socket reads
 //     per decision taken from INFO deltas.
 //   - gateway.sh: wrk against nginx and the sluice gateway.
+//   - run-decision.sh: sluice-decision against envoyproxy/ratelimit and a
+//     bare grpc-go server (cmd/rlsbare) over gRPC, with the closed-loop
+//     load generator cmd/rlsload. The peer is built from its own Go module,
+//     peers/envoyratelimit, whose dependency versions clash with sluice's.
 //
 // Every benchmark checks its own setup: the number of distinct keys it
 // really used is counted and compared with the number it claims, and a

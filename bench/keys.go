@@ -115,12 +115,16 @@ type Cursor struct {
 }
 
 // Next returns a key drawn uniformly at random and records it.
-func (c *Cursor) Next() string {
+func (c *Cursor) Next() string { return c.ks.keys[c.NextIndex()] }
+
+// NextIndex is Next for callers that keep their own per-key data: it
+// returns the drawn key's index in the set and records it.
+func (c *Cursor) NextIndex() int {
 	// splitmix64: cheap, and good enough to spread draws uniformly.
 	c.state += 0x9e3779b97f4a7c15
 	i, _ := bits.Mul64(mix64(c.state), uint64(len(c.ks.keys)))
 	c.seen[i>>6] |= 1 << (i & 63)
-	return c.ks.keys[i]
+	return int(i)
 }
 
 // Done merges the keys c drew into its KeySet.

@@ -90,7 +90,7 @@ func runClosedLoop(b *testing.B, admin *redis.Client, inst RedisInstance, ks *Ke
 		cursors[i] = ks.Cursor()
 		lat[i] = make([]time.Duration, 0, b.N/callers+1)
 	}
-	before, err := readRedisCounters(ctx, admin)
+	before, err := ReadRedisCounters(ctx, admin)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func runClosedLoop(b *testing.B, admin *redis.Client, inst RedisInstance, ks *Ke
 	wg.Wait()
 	elapsed := time.Since(start)
 	b.StopTimer()
-	after, err := readRedisCounters(ctx, admin)
+	after, err := ReadRedisCounters(ctx, admin)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -148,8 +148,8 @@ func runClosedLoop(b *testing.B, admin *redis.Client, inst RedisInstance, ks *Ke
 	b.ReportMetric(float64(all[len(all)/2])/1e3, "p50-us")
 	b.ReportMetric(float64(all[len(all)*99/100])/1e3, "p99-us")
 	// The first INFO's own read is counted in the second snapshot.
-	b.ReportMetric(float64(after.calls-before.calls)/float64(b.N), "cmds/op")
-	b.ReportMetric(float64(after.scripts-before.scripts)/float64(b.N), "scripts/op")
-	b.ReportMetric(float64(after.reads-before.reads-1)/float64(b.N), "reads/op")
+	b.ReportMetric(float64(after.Calls-before.Calls)/float64(b.N), "cmds/op")
+	b.ReportMetric(float64(after.Scripts-before.Scripts)/float64(b.N), "scripts/op")
+	b.ReportMetric(float64(after.Reads-before.Reads-1)/float64(b.N), "reads/op")
 	b.ReportMetric(float64(ks.Distinct()), "keys")
 }

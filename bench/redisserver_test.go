@@ -1,14 +1,10 @@
 package bench
 
 import (
-	"bufio"
 	"context"
-	"fmt"
 	"net"
 	"os/exec"
-	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -55,47 +51,4 @@ func startRedis(tb testing.TB) string {
 		// paces it.
 		<-time.After(10 * time.Millisecond)
 	}
-}
-
-// redisCounters is what INFO says about the work a server has done.
-type redisCounters struct {
-	calls   int64 // commands executed, those run inside scripts included, INFO excluded
-	scripts int64 // EVAL, EVALSHA and FCALL calls
-	reads   int64 // read events processed on client sockets
-}
-
-var scriptCommands = []string{"cmdstat_eval", "cmdstat_evalsha", "cmdstat_eval_ro", "cmdstat_evalsha_ro", "cmdstat_fcall", "cmdstat_fcall_ro"}
-
-// readRedisCounters reads INFO commandstats and stats.
-func readRedisCounters(ctx context.Context, rdb *redis.Client) (redisCounters, error) {
-	s, err := rdb.Info(ctx, "commandstats", "stats").Result()
-	if err != nil {
-		return redisCounters{}, fmt.Errorf("bench: reading INFO: %w", err)
-	}
-	var c redisCounters
-	sc := bufio.NewScanner(strings.NewReader(s))
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		switch {
-		case strings.HasPrefix(line, "cmdstat_") && !strings.HasPrefix(line, "cmdstat_info:"):
-			// cmdstat_evalsha:calls=12,usec=...
-			_, rest, _ := strings.Cut(line, ":calls=")
-			num, _, _ := strings.Cut(rest, ",")
-			n, err := strconv.ParseInt(num, 10, 64)
-			if err != nil {
-				return redisCounters{}, fmt.Errorf("bench: parsing INFO line %q: %w", line, err)
-			}
-			c.calls += n
-			if name, _, _ := strings.Cut(line, ":"); slices.Contains(scriptCommands, name) {
-				c.scripts += n
-			}
-		case strings.HasPrefix(line, "total_reads_processed:"):
-			n, err := strconv.ParseInt(strings.TrimPrefix(line, "total_reads_processed:"), 10, 64)
-			if err != nil {
-				return redisCounters{}, fmt.Errorf("bench: parsing INFO line %q: %w", line, err)
-			}
-			c.reads = n
-		}
-	}
-	return c, nil
 }
