@@ -1,5 +1,6 @@
 // Package ratelimit is sluice's rate-limiting SDK: limits, a Limiter with
-// Allow, Wait and AllowN, and the Decision a store returns.
+// Allow, Reserve and Wait (and their N forms), and the Decision a store
+// returns.
 //
 // A Limit allows Count units per Window for one key. Four algorithms are
 // provided: fixed window and sliding window, both with Kong's epoch-aligned
@@ -10,8 +11,13 @@
 // Counters live in a Store: memorystore (in process) or redisstore (shared
 // by many nodes). Time is passed in: AllowN decides at the time it is
 // given, so window edges can be tested to the nanosecond; only the
-// shorthand forms (Limiter.Allow, Limiter.Wait) read the clock. Being over
+// shorthand forms (Limiter.Allow, Reserve, Wait) read the clock. Being over
 // a limit is a Decision, never an error.
+//
+// Reserve takes units now for the moment they will be admitted and says how
+// long to wait, as golang.org/x/time/rate's Reserve does; Wait reserves and
+// sleeps, so waiters are served in the order they came. The rules for each
+// algorithm are at the top of reserve.go.
 //
 // The package uses the standard library only. Middleware for net/http
 // lives in httplimit; what only store writers need lives in storekit.

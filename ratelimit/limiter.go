@@ -80,9 +80,15 @@ func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(c
 // reach or pass ctx's deadline (wrapping context.DeadlineExceeded); it
 // returns ctx.Err() if ctx ends while waiting. It never sleeps past the deadline.
 //
-// Each attempt is a real call to the store, so with Penalty set a waiting
-// caller's attempts are counted like any other denied call.
+// Over a Reserver, WaitN reserves and sleeps until the reserved moment, so
+// waiters are served in the order they came; it cancels the reservation
+// if ctx ends first. Over another store each attempt is a real call to
+// the store, so with Penalty set a waiting caller's attempts are counted
+// like any other denied call.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
+	if reserved, err := l.waitReserved(ctx, key, n); reserved {
+		return err
+	}
 	var timer *time.Timer
 	defer func() {
 		if timer != nil {

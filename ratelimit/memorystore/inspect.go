@@ -20,7 +20,7 @@ func (sh *shard) counters(h1, h2 uint64, limits []ratelimit.Limit, cs []storekit
 	for i := range limits {
 		var c storekit.Counter
 		if p := sh.find(fingerprintOf(h1, h2, storekit.CounterID(limits[i]))); p >= 0 {
-			c = sh.tab[p].e.c
+			c = sh.counter(p)
 		}
 		cs = append(cs, c)
 	}

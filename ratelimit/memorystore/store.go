@@ -90,6 +90,10 @@ type shardData struct {
 	tab  []slot
 	live int // counters in tab
 	used int // counters and tombstones in tab
+	// next holds, by fingerprint, the units a counter has reserved in the
+	// window after its current one (storekit.Counter.Next); nil until a
+	// reservation needs it.
+	next map[fingerprint]int64
 	// leases maps a key to its leases. A slice, not a map: Max is small in
 	// practice and a linear scan of a few ids beats hashing them.
 	leases map[string][]lease
@@ -112,10 +116,13 @@ type shard struct {
 	_ [128 - unsafe.Sizeof(shardData{})%128]byte
 }
 
-// entry is one counter with the time (Unix ns) after which it is dead.
+// entry is one counter (storekit.Counter's Start, Cur and Prev) with the
+// time (Unix ns) after which it is dead. The units a counter holds
+// reserved in its next window are kept in its shard's next map, so that a
+// slot stays 48 bytes.
 type entry struct {
-	c   storekit.Counter
-	exp int64
+	start, cur, prev int64
+	exp              int64
 }
 
 type lease struct {
@@ -218,6 +225,9 @@ func (sh *shard) tidy() {
 
 // drop deletes the counter in slot i.
 func (sh *shard) drop(i int) {
+	if len(sh.next) != 0 {
+		delete(sh.next, sh.tab[i].fp)
+	}
 	sh.tab[i] = slot{fp: tombstone}
 	sh.live--
 }
@@ -313,7 +323,7 @@ func (s *Store) decide(r *ratelimit.Request, d *ratelimit.Decision, allowOnly bo
 	missing := 0
 	for i := range r.Limits {
 		if p := sh.find(fingerprintOf(h1, h2, storekit.CounterID(r.Limits[i]))); p >= 0 {
-			cs = append(cs, sh.tab[p].e.c)
+			cs = append(cs, sh.counter(p))
 			pos = append(pos, int64(p))
 		} else {
 			cs = append(cs, storekit.Counter{})
@@ -341,16 +351,16 @@ func (s *Store) decide(r *ratelimit.Request, d *ratelimit.Decision, allowOnly bo
 		allowed = d.Allowed
 	}
 	for i := range r.Limits {
-		if pos[i] >= 0 {
-			sh.tab[pos[i]].e = entry{c: cs[i], exp: cs[i].Expiry(r.Limits[i])}
+		if p := pos[i]; p >= 0 {
+			sh.tab[p].e = sh.entryOf(sh.tab[p].fp, cs[i], r.Limits[i])
 		}
 	}
 	for i := range r.Limits { // after the writes in place: an insert may move every slot
 		if pos[i] >= 0 || cs[i] == (storekit.Counter{}) {
 			continue // written, or nothing to remember
 		}
-		e := entry{c: cs[i], exp: cs[i].Expiry(r.Limits[i])}
 		k := fingerprintOf(h1, h2, storekit.CounterID(r.Limits[i]))
+		e := sh.entryOf(k, cs[i], r.Limits[i])
 		if p := sh.find(k); p >= 0 { // two limits of one window
 			sh.tab[p].e = e
 			continue

@@ -15,7 +15,8 @@ type Factory func(t *testing.T) ratelimit.Store
 // Run holds the store made by f to every timeline of the suite, one subtest
 // per timeline, each on a fresh store. A store that is also a
 // ratelimit.LeaseStore is held to the lease timelines too; for any other
-// they are skipped. Every store is held to Request.Peek (PlayPeek); an
+// they are skipped; a ratelimit.Reserver to the reservation timelines
+// (PlayReserve). Every store is held to Request.Peek (PlayPeek); an
 // Inspector or LeaseInspector to RunInspect. Run ends with a Hammer run
 // with default options.
 func Run(t *testing.T, f Factory) {
@@ -28,6 +29,7 @@ func Run(t *testing.T, f Factory) {
 	for _, tl := range Timelines() {
 		t.Run("Peek/"+tl.Name, func(t *testing.T) { PlayPeek(t, open(t, f), tl) })
 	}
+	runReserve(t, f)
 	RunInspect(t, f)
 	for _, tl := range LeaseTimelines() {
 		t.Run(tl.Name, func(t *testing.T) { PlayLeases(t, openLeases(t, f), tl) })

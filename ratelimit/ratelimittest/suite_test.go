@@ -104,6 +104,33 @@ func (s *reference) Take(_ context.Context, r ratelimit.Request) (ratelimit.Deci
 	return d, nil
 }
 
+func (s *reference) Reserve(_ context.Context, r ratelimit.Request, maxDelay time.Duration) (ratelimit.Booking, error) {
+	var b ratelimit.Booking
+	err := s.update(&r, func(cs []storekit.Counter) { b = storekit.Reserve(&r, maxDelay, cs) })
+	return b, err
+}
+
+func (s *reference) Unreserve(_ context.Context, r ratelimit.Request, b ratelimit.Booking) error {
+	return s.update(&r, func(cs []storekit.Counter) { storekit.Unreserve(&r, b, cs) })
+}
+
+func (s *reference) update(r *ratelimit.Request, f func([]storekit.Counter)) error {
+	if err := ratelimit.ValidateLimits(r.Limits); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cs := make([]storekit.Counter, len(r.Limits))
+	for i, l := range r.Limits {
+		cs[i] = s.counters[counterKey{r.Key, storekit.CounterID(l)}]
+	}
+	f(cs)
+	for i, l := range r.Limits {
+		s.counters[counterKey{r.Key, storekit.CounterID(l)}] = cs[i]
+	}
+	return nil
+}
+
 func (s *reference) Inspect(_ context.Context, r ratelimit.Request) ([]ratelimit.CounterState, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -54,13 +54,15 @@ import (
 // (key, CounterID) and treat it as opaque; only Apply interprets it.
 //
 // For window algorithms Start is the start of the current window in Unix
-// milliseconds, Cur its count and Prev the count of the window before it.
-// For a token bucket Start is the TAT in Unix microseconds and Cur, Prev are
+// milliseconds, Cur its count, Prev the count of the window before it and
+// Next the units reserved in the window after it (see Reserve). For a token
+// bucket Start is the TAT in Unix microseconds and Cur, Prev, Next are
 // unused. The zero Counter is empty.
 type Counter struct {
 	Start int64
 	Cur   int64
 	Prev  int64
+	Next  int64
 }
 
 // CounterID identifies the counter a limit uses within a key. Fixed and
@@ -81,6 +83,9 @@ func (c Counter) Expiry(l ratelimit.Limit) int64 {
 	w := int64(l.Window / time.Millisecond)
 	if l.Algorithm == ratelimit.TokenBucket {
 		return c.Start * int64(time.Microsecond)
+	}
+	if c.Next != 0 {
+		return (c.Start + 3*w) * int64(time.Millisecond)
 	}
 	return (c.Start + 2*w) * int64(time.Millisecond)
 }
@@ -151,7 +156,8 @@ func Apply(r *ratelimit.Request, cs []Counter) ratelimit.Decision {
 	return newDecision(false, denied, retry, ss)
 }
 
-// roll moves c to the window that contains nowMs. A clock that steps back
+// roll moves c to the window that contains nowMs, the units reserved in
+// the window after the old one becoming its count. A clock that steps back
 // into an older window keeps counting in the newest one: that can only
 // deny more, never admit more.
 func roll(c *Counter, l *ratelimit.Limit, nowMs int64) {
@@ -161,11 +167,13 @@ func roll(c *Counter, l *ratelimit.Limit, nowMs int64) {
 	case c.Start == start || start < c.Start:
 		return
 	case c.Start == start-w:
-		c.Prev = c.Cur
+		c.Prev, c.Cur = c.Cur, c.Next
+	case c.Start == start-2*w:
+		c.Prev, c.Cur = c.Next, 0
 	default:
-		c.Prev = 0
+		c.Prev, c.Cur = 0, 0
 	}
-	c.Cur = 0
+	c.Next = 0
 	c.Start = start
 }
 
