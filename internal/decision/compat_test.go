@@ -73,28 +73,31 @@ func TestPeerFieldsParse(t *testing.T) {
 // status, but the request is over limit only when every quota descriptor
 // is, or any other descriptor is.
 func TestQuotaMode(t *testing.T) {
-	c, _ := serveGRPC(t, newService(t, peerFields, newClock(t0).opts()))
 	billing, search := desc("service", "billing"), desc("service", "search")
-	runSteps(t, c, []step{
-		{"both within", request("shop", billing, search), OK, codes_(OK, OK), []uint32{0, 0}, nil},
-		{"billing over alone", request("shop", billing), OVER, codes_(OVER), nil, nil},
-		{"billing over, search too", request("shop", billing, search), OVER, codes_(OVER, OVER), nil, nil},
+	eachBackendYAML(t, peerFields, Options{}, func(t *testing.T, b backend) {
+		runSteps(t, b.c, []step{
+			{"both within", request("shop", billing, search), OK, codes_(OK, OK), []uint32{0, 0}, nil},
+			{"billing over alone", request("shop", billing), OVER, codes_(OVER), nil, nil},
+			{"billing over, search too", request("shop", billing, search), OVER, codes_(OVER, OVER), nil, nil},
+		})
 	})
-	c2, _ := serveGRPC(t, newService(t, peerFields, newClock(t0).opts()))
-	runSteps(t, c2, []step{
-		{"billing 1", request("shop", billing), OK, codes_(OK), nil, nil},
-		{"billing over, search within", request("shop", billing, search), OK, codes_(OVER, OK), nil, nil},
-		{"plain 1", request("shop", desc("plain", "x")), OK, codes_(OK), nil, nil},
+	eachBackendYAML(t, peerFields, Options{}, func(t *testing.T, b backend) {
+		runSteps(t, b.c, []step{
+			{"billing 1", request("shop", billing), OK, codes_(OK), nil, nil},
+			{"billing over, search within", request("shop", billing, search), OK, codes_(OVER, OK), nil, nil},
+			{"plain 1", request("shop", desc("plain", "x")), OK, codes_(OK), nil, nil},
+		})
 	})
 	// QUOTA_MODE makes every descriptor a quota.
-	c3, _ := serveGRPC(t, newService(t, peerFields, newClock(t0).optsWith(Options{QuotaMode: true})))
-	p := desc("plain", "y")
-	runSteps(t, c3, []step{
-		{"1", request("shop", p), OK, codes_(OK), nil, nil},
-		{"2", request("shop", p), OK, codes_(OK), nil, nil},
-		{"3", request("shop", p, desc("plain", "z")), OK, codes_(OK, OK), nil, nil},
-		{"4 over, z within", request("shop", p, desc("plain", "z")), OK, codes_(OVER, OK), nil, nil},
-		{"4 over alone", request("shop", p), OVER, codes_(OVER), nil, nil},
+	eachBackendYAML(t, peerFields, Options{QuotaMode: true}, func(t *testing.T, b backend) {
+		p := desc("plain", "y")
+		runSteps(t, b.c, []step{
+			{"1", request("shop", p), OK, codes_(OK), nil, nil},
+			{"2", request("shop", p), OK, codes_(OK), nil, nil},
+			{"3", request("shop", p, desc("plain", "z")), OK, codes_(OK, OK), nil, nil},
+			{"4 over, z within", request("shop", p, desc("plain", "z")), OK, codes_(OVER, OK), nil, nil},
+			{"4 over alone", request("shop", p), OVER, codes_(OVER), nil, nil},
+		})
 	})
 }
 
@@ -102,30 +105,32 @@ func TestQuotaMode(t *testing.T) {
 // hitsAddend, and the merged metadata of the descriptors within their
 // limits.
 func TestDynamicMetadata(t *testing.T) {
-	c, _ := serveGRPC(t, newService(t, peerFields, newClock(t0).optsWith(Options{DynamicMetadata: true})))
 	own := desc("service", "search")
 	own.HitsAddend = wrapperspb.UInt64(1)
 	req := request("shop", desc("service", "billing"), own, desc("plain", "x"))
 	req.HitsAddend = 1
-	got := func() string {
-		b, err := protojson.Marshal(call(t, c, req).DynamicMetadata)
-		if err != nil {
-			t.Fatal(err)
+	eachBackendYAML(t, peerFields, Options{DynamicMetadata: true}, func(t *testing.T, b backend) {
+		c := b.c
+		got := func() string {
+			b, err := protojson.Marshal(call(t, c, req).DynamicMetadata)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return strings.ReplaceAll(string(b), " ", "")
 		}
-		return strings.ReplaceAll(string(b), " ", "")
-	}
-	first := got()
-	for _, want := range []string{`"domain":"shop"`, `"hitsAddend":1`,
-		`{"entries":["service=billing"]}`, `{"entries":["service=search"],"hitsAddend":1}`,
-		`"metadata":{"quota":{"extra":true,"name":"billing","tier":2},"tags":["a","b"]}`} {
-		if !strings.Contains(first, want) {
-			t.Errorf("first call: %s lacks %s", first, want)
+		first := got()
+		for _, want := range []string{`"domain":"shop"`, `"hitsAddend":1`,
+			`{"entries":["service=billing"]}`, `{"entries":["service=search"],"hitsAddend":1}`,
+			`"metadata":{"quota":{"extra":true,"name":"billing","tier":2},"tags":["a","b"]}`} {
+			if !strings.Contains(first, want) {
+				t.Errorf("first call: %s lacks %s", first, want)
+			}
 		}
-	}
-	// Both quotas are now spent: no descriptor with metadata passes.
-	if second := got(); strings.Contains(second, `"metadata"`) {
-		t.Errorf("second call still has metadata: %s", second)
-	}
+		// Both quotas are now spent: no descriptor with metadata passes.
+		if second := got(); strings.Contains(second, `"metadata"`) {
+			t.Errorf("second call still has metadata: %s", second)
+		}
+	})
 	// Off by default.
 	c2, _ := serveGRPC(t, newService(t, peerFields, newClock(t0).opts()))
 	if md := call(t, c2, req).DynamicMetadata; md != nil {
@@ -136,13 +141,15 @@ func TestDynamicMetadata(t *testing.T) {
 // share_threshold: every value matching the wildcard counts in one counter;
 // without it each value has its own.
 func TestShareThreshold(t *testing.T) {
-	c, _ := serveGRPC(t, newService(t, peerFields, newClock(t0).opts()))
-	runSteps(t, c, []step{
-		{"files/a", request("shop", desc("path", "files/a.pdf")), OK, codes_(OK), []uint32{1}, nil},
-		{"files/b", request("shop", desc("path", "files/b.csv")), OK, codes_(OK), []uint32{0}, nil},
-		{"files/c", request("shop", desc("path", "files/c.txt")), OVER, codes_(OVER), nil, nil},
-		{"own/a", request("shop", desc("path", "own/a")), OK, codes_(OK), []uint32{1}, nil},
-		{"own/b", request("shop", desc("path", "own/b")), OK, codes_(OK), []uint32{1}, nil},
+	eachBackendYAML(t, peerFields, Options{}, func(t *testing.T, b backend) {
+		c := b.c
+		runSteps(t, c, []step{
+			{"files/a", request("shop", desc("path", "files/a.pdf")), OK, codes_(OK), []uint32{1}, nil},
+			{"files/b", request("shop", desc("path", "files/b.csv")), OK, codes_(OK), []uint32{0}, nil},
+			{"files/c", request("shop", desc("path", "files/c.txt")), OVER, codes_(OVER), nil, nil},
+			{"own/a", request("shop", desc("path", "own/a")), OK, codes_(OK), []uint32{1}, nil},
+			{"own/b", request("shop", desc("path", "own/b")), OK, codes_(OK), []uint32{1}, nil},
+		})
 	})
 }
 
@@ -150,58 +157,60 @@ func TestShareThreshold(t *testing.T) {
 // the request's values with detailed_metric and value_to_metric, the
 // pattern for share_threshold; hits, not requests.
 func TestPeerStatNames(t *testing.T) {
-	s := newService(t, peerFields, newClock(t0).optsWith(Options{PeerStats: true}))
-	c, _ := serveGRPC(t, s)
-	for range 4 {
-		call(t, c, request("shop", desc("plain", "x")))
-	}
-	call(t, c, request("shop", desc("tenant", "acme", "plan", "gold")))
-	call(t, c, request("shop", desc("path", "files/a")))
-	call(t, c, request("shop", desc("path", "own/b")))
-	got := map[string]uint64{}
-	for _, st := range s.PeerStats() {
-		got[st.Name] = st.Value
-	}
-	for name, want := range map[string]uint64{
-		"ratelimit.service.rate_limit.shop.plain.total_hits":                  4,
-		"ratelimit.service.rate_limit.shop.plain.within_limit":                3,
-		"ratelimit.service.rate_limit.shop.plain.over_limit":                  1,
-		"ratelimit.service.rate_limit.shop.plain.near_limit":                  1,
-		"ratelimit.service.rate_limit.shop.tenant_acme.plan_gold.total_hits":  1,
-		"ratelimit.service.rate_limit.shop.path_files/*.total_hits":           1,
-		"ratelimit.service.rate_limit.shop.path_own/*.within_limit":           1,
-		"ratelimit.service.rate_limit.shop.tenant_acme.plan_gold.over_limit":  0,
-		"ratelimit.service.global_shadow_mode":                                0,
-		"ratelimit.service.rate_limit.shop.plain.over_limit_with_local_cache": 0,
-	} {
-		if v, ok := got[name]; !ok || v != want {
-			t.Errorf("%s = %d (present %v), want %d", name, v, ok, want)
+	eachBackendYAML(t, peerFields, Options{PeerStats: true}, func(t *testing.T, b backend) {
+		s, c := b.s, b.c
+		for range 4 {
+			call(t, c, request("shop", desc("plain", "x")))
 		}
-	}
+		call(t, c, request("shop", desc("tenant", "acme", "plan", "gold")))
+		call(t, c, request("shop", desc("path", "files/a")))
+		call(t, c, request("shop", desc("path", "own/b")))
+		got := map[string]uint64{}
+		for _, st := range s.PeerStats() {
+			got[st.Name] = st.Value
+		}
+		for name, want := range map[string]uint64{
+			"ratelimit.service.rate_limit.shop.plain.total_hits":                  4,
+			"ratelimit.service.rate_limit.shop.plain.within_limit":                3,
+			"ratelimit.service.rate_limit.shop.plain.over_limit":                  1,
+			"ratelimit.service.rate_limit.shop.plain.near_limit":                  1,
+			"ratelimit.service.rate_limit.shop.tenant_acme.plan_gold.total_hits":  1,
+			"ratelimit.service.rate_limit.shop.path_files/*.total_hits":           1,
+			"ratelimit.service.rate_limit.shop.path_own/*.within_limit":           1,
+			"ratelimit.service.rate_limit.shop.tenant_acme.plan_gold.over_limit":  0,
+			"ratelimit.service.global_shadow_mode":                                0,
+			"ratelimit.service.rate_limit.shop.plain.over_limit_with_local_cache": 0,
+		} {
+			if v, ok := got[name]; !ok || v != want {
+				t.Errorf("%s = %d (present %v), want %d", name, v, ok, want)
+			}
+		}
+	})
 }
 
 // The local over-limit cache answers a key found over its limit without
 // the store until its window ends, and counts it in
 // over_limit_with_local_cache.
 func TestLocalOverLimitCache(t *testing.T) {
-	clk := newClock(t0)
-	s := newService(t, peerFields, clk.optsWith(Options{PeerStats: true, LocalCacheBytes: 1 << 20}))
-	c, _ := serveGRPC(t, s)
-	p := request("shop", desc("plain", "x"))
-	runSteps(t, c, []step{
-		{"1", p, OK, codes_(OK), nil, nil}, {"2", p, OK, codes_(OK), nil, nil}, {"3", p, OK, codes_(OK), nil, nil},
-		{"4 over", p, OVER, codes_(OVER), nil, nil},
-		{"5 cached", p, OVER, codes_(OVER), nil, nil},
+	eachBackendYAML(t, peerFields, Options{PeerStats: true, LocalCacheBytes: 1 << 20}, func(t *testing.T, b backend) {
+		s, c := b.s, b.c
+		clk := b.clk
+		p := request("shop", desc("plain", "x"))
+		runSteps(t, c, []step{
+			{"1", p, OK, codes_(OK), nil, nil}, {"2", p, OK, codes_(OK), nil, nil}, {"3", p, OK, codes_(OK), nil, nil},
+			{"4 over", p, OVER, codes_(OVER), nil, nil},
+			{"5 cached", p, OVER, codes_(OVER), nil, nil},
+		})
+		got := map[string]uint64{}
+		for _, st := range s.PeerStats() {
+			got[st.Name] = st.Value
+		}
+		if got["ratelimit.service.rate_limit.shop.plain.over_limit_with_local_cache"] != 1 || got["ratelimit.service.rate_limit.shop.plain.over_limit"] != 2 {
+			t.Errorf("stats: %v", got)
+		}
+		clk.add(60e9) // the next minute
+		runSteps(t, c, []step{{"next window", p, OK, codes_(OK), []uint32{2}, nil}})
 	})
-	got := map[string]uint64{}
-	for _, st := range s.PeerStats() {
-		got[st.Name] = st.Value
-	}
-	if got["ratelimit.service.rate_limit.shop.plain.over_limit_with_local_cache"] != 1 || got["ratelimit.service.rate_limit.shop.plain.over_limit"] != 2 {
-		t.Errorf("stats: %v", got)
-	}
-	clk.add(60e9) // the next minute
-	runSteps(t, c, []step{{"next window", p, OK, codes_(OK), []uint32{2}, nil}})
 }
 
 func TestParseFiles(t *testing.T) {
@@ -241,22 +250,24 @@ func TestParseFiles(t *testing.T) {
 // Options.
 func TestPeerResponseOptions(t *testing.T) {
 	names := &HeaderNames{Limit: "X-Limit", Remaining: "X-Left", Reset: "X-Reset"}
-	c, _ := serveGRPC(t, newService(t, peerFields, newClock(t0).optsWith(Options{ResponseHeaders: names, ShadowMode: true})))
-	p := request("shop", desc("plain", "x"))
-	var resp *rlspb.RateLimitResponse
-	for range 4 {
-		resp = call(t, c, p)
-	}
-	if resp.OverallCode != rlspb.RateLimitResponse_OK || resp.Statuses[0].Code != rlspb.RateLimitResponse_OVER_LIMIT {
-		t.Errorf("shadow mode: %v", resp)
-	}
-	h := map[string]string{}
-	for _, hv := range resp.ResponseHeadersToAdd {
-		h[hv.Key] = hv.Value
-	}
-	if h["X-Limit"] != "3" || h["X-Left"] != "0" || h["X-Reset"] != "50" {
-		t.Errorf("headers: %v", h)
-	}
+	eachBackendYAML(t, peerFields, Options{ResponseHeaders: names, ShadowMode: true}, func(t *testing.T, b backend) {
+		c := b.c
+		p := request("shop", desc("plain", "x"))
+		var resp *rlspb.RateLimitResponse
+		for range 4 {
+			resp = call(t, c, p)
+		}
+		if resp.OverallCode != rlspb.RateLimitResponse_OK || resp.Statuses[0].Code != rlspb.RateLimitResponse_OVER_LIMIT {
+			t.Errorf("shadow mode: %v", resp)
+		}
+		h := map[string]string{}
+		for _, hv := range resp.ResponseHeadersToAdd {
+			h[hv.Key] = hv.Value
+		}
+		if h["X-Limit"] != "3" || h["X-Left"] != "0" || h["X-Reset"] != "50" {
+			t.Errorf("headers: %v", h)
+		}
+	})
 }
 
 // STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: while one descriptor of a
@@ -268,19 +279,21 @@ descriptors:
   - {key: a, rate_limit: {unit: minute, requests_per_unit: 1}}
   - {key: b, rate_limit: {unit: minute, requests_per_unit: 5}}
 `
-	c, _ := serveGRPC(t, newService(t, cfg, newClock(t0).optsWith(Options{StopIncrementWhenOverLimit: true})))
 	a, b := desc("a", "x"), desc("b", "x")
-	runSteps(t, c, []step{
-		{"both", request("d", a, b), OK, codes_(OK, OK), []uint32{0, 4}, nil},
-		{"a over: b not counted", request("d", a, b), OVER, codes_(OVER, OK), []uint32{0, 4}, nil},
-		{"again", request("d", a, b), OVER, codes_(OVER, OK), []uint32{0, 4}, nil},
-		{"b alone counts", request("d", b), OK, codes_(OK), []uint32{3}, nil},
+	eachBackendYAML(t, cfg, Options{StopIncrementWhenOverLimit: true}, func(t *testing.T, be backend) {
+		runSteps(t, be.c, []step{
+			{"both", request("d", a, b), OK, codes_(OK, OK), []uint32{0, 4}, nil},
+			{"a over: b not counted", request("d", a, b), OVER, codes_(OVER, OK), []uint32{0, 4}, nil},
+			{"again", request("d", a, b), OVER, codes_(OVER, OK), []uint32{0, 4}, nil},
+			{"b alone counts", request("d", b), OK, codes_(OK), []uint32{3}, nil},
+		})
 	})
 	// Without the option b is counted each time.
-	c2, _ := serveGRPC(t, newService(t, cfg, newClock(t0).opts()))
-	runSteps(t, c2, []step{
-		{"both", request("d", a, b), OK, codes_(OK, OK), []uint32{0, 4}, nil},
-		{"a over: b counted", request("d", a, b), OVER, codes_(OVER, OK), []uint32{0, 3}, nil},
+	eachBackendYAML(t, cfg, Options{}, func(t *testing.T, be backend) {
+		runSteps(t, be.c, []step{
+			{"both", request("d", a, b), OK, codes_(OK, OK), []uint32{0, 4}, nil},
+			{"a over: b counted", request("d", a, b), OVER, codes_(OVER, OK), []uint32{0, 3}, nil},
+		})
 	})
 }
 
@@ -296,16 +309,18 @@ descriptors:
 		countDenied bool
 		after       rlspb.RateLimitResponse_Code
 	}{{false, OK}, {true, OVER}} {
-		c, _ := serveGRPC(t, newService(t, cfg, newClock(t0).optsWith(Options{CountDenied: tc.countDenied})))
-		big := request("d", desc("k", "v"))
-		big.HitsAddend = 8
-		call(t, c, big)
-		if got := call(t, c, big).OverallCode; got != OVER {
-			t.Fatalf("countDenied %v: second 8: %v", tc.countDenied, got)
-		}
-		if got := call(t, c, request("d", desc("k", "v"))).OverallCode; got != tc.after {
-			t.Errorf("countDenied %v: one more after the denied 8: %v, want %v", tc.countDenied, got, tc.after)
-		}
+		eachBackendYAML(t, cfg, Options{CountDenied: tc.countDenied}, func(t *testing.T, b backend) {
+			c := b.c
+			big := request("d", desc("k", "v"))
+			big.HitsAddend = 8
+			call(t, c, big)
+			if got := call(t, c, big).OverallCode; got != OVER {
+				t.Fatalf("countDenied %v: second 8: %v", tc.countDenied, got)
+			}
+			if got := call(t, c, request("d", desc("k", "v"))).OverallCode; got != tc.after {
+				t.Errorf("countDenied %v: one more after the denied 8: %v, want %v", tc.countDenied, got, tc.after)
+			}
+		})
 	}
 }
 

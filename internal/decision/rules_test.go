@@ -66,15 +66,17 @@ func TestWholeSecondReset(t *testing.T) {
 // envoyproxy/ratelimit (and as docs/decision-service.md says of unknown
 // domains).
 func TestOverrideInUnknownDomain(t *testing.T) {
-	c, _ := serveGRPC(t, newService(t, envoyConfig, newClock(t0).opts()))
-	d := desc("anything", "x")
-	d.Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typepb.RateLimitUnit_MINUTE}
-	for i := 0; i < 3; i++ {
-		resp := call(t, c, request("no-such-domain", d))
-		if resp.OverallCode != OK || resp.Statuses[0].CurrentLimit != nil {
-			t.Fatalf("call %d: %v", i, resp)
+	eachBackendYAML(t, envoyConfig, Options{}, func(t *testing.T, b backend) {
+		c := b.c
+		d := desc("anything", "x")
+		d.Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typepb.RateLimitUnit_MINUTE}
+		for i := 0; i < 3; i++ {
+			resp := call(t, c, request("no-such-domain", d))
+			if resp.OverallCode != OK || resp.Statuses[0].CurrentLimit != nil {
+				t.Fatalf("call %d: %v", i, resp)
+			}
 		}
-	}
+	})
 }
 
 // TestPeerResponseHeaders: response_headers: true writes the headers
@@ -95,16 +97,19 @@ descriptors:
 		}
 		return b.String()
 	}
-	c, _ := serveGRPC(t, newService(t, cfg, newClock(t0.Add(2*time.Second)).opts()))
-	resp := call(t, c, request("d", desc("a", "1"), desc("b", "1")))
-	if got, want := hdrs(resp), "RateLimit-Limit: 10\nRateLimit-Remaining: 9\nRateLimit-Reset: 48\n"; got != want {
-		t.Errorf("headers\n%s\nwant\n%s", got, want)
-	}
+	eachBackendYAML(t, cfg, Options{}, func(t *testing.T, b backend) {
+		b.clk.set(t0.Add(2 * time.Second))
+		resp := call(t, b.c, request("d", desc("a", "1"), desc("b", "1")))
+		if got, want := hdrs(resp), "RateLimit-Limit: 10\nRateLimit-Remaining: 9\nRateLimit-Reset: 48\n"; got != want {
+			t.Errorf("headers\n%s\nwant\n%s", got, want)
+		}
+	})
 	named := strings.Replace(cfg, "response_headers: true", "response_headers: true\nresponse_header_names: {limit: A-Limit, remaining: A-Remaining, reset: A-Reset}", 1)
-	c, _ = serveGRPC(t, newService(t, named, newClock(t0).opts()))
-	if got, want := hdrs(call(t, c, request("d", desc("b", "1")))), "A-Limit: 1000\nA-Remaining: 999\nA-Reset: 50\n"; got != want {
-		t.Errorf("named headers\n%s\nwant\n%s", got, want)
-	}
+	eachBackendYAML(t, named, Options{}, func(t *testing.T, b backend) {
+		if got, want := hdrs(call(t, b.c, request("d", desc("b", "1")))), "A-Limit: 1000\nA-Remaining: 999\nA-Reset: 50\n"; got != want {
+			t.Errorf("named headers\n%s\nwant\n%s", got, want)
+		}
+	})
 	for _, bad := range []struct{ cfg, want string }{
 		{"response_header_format: ietf\n", `response_header_format: unknown format "ietf"`},
 		{"response_header_format: draft_03\nresponse_header_names: {limit: X}\n", "response_header_names: only for response_header_format ratelimit"},
@@ -127,14 +132,16 @@ descriptors:
   - {key: beta, value: true, rate_limit: {unit: minute, requests_per_unit: 2}}
   - {key: blocked, rate_limit: {unit: minute}}
 `
-	c, _ := serveGRPC(t, newService(t, cfg, newClock(t0).opts()))
-	if resp := call(t, c, request("d", desc("status", "200"))); resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 1 {
-		t.Errorf("value: 200 did not match \"200\": %v", resp)
-	}
-	if resp := call(t, c, request("d", desc("beta", "true"))); resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 2 {
-		t.Errorf("value: true did not match \"true\": %v", resp)
-	}
-	if resp := call(t, c, request("d", desc("blocked", "x"))); resp.OverallCode != OVER {
-		t.Errorf("a rate_limit without requests_per_unit: %v, want OVER_LIMIT", resp)
-	}
+	eachBackendYAML(t, cfg, Options{}, func(t *testing.T, b backend) {
+		c := b.c
+		if resp := call(t, c, request("d", desc("status", "200"))); resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 1 {
+			t.Errorf("value: 200 did not match \"200\": %v", resp)
+		}
+		if resp := call(t, c, request("d", desc("beta", "true"))); resp.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 2 {
+			t.Errorf("value: true did not match \"true\": %v", resp)
+		}
+		if resp := call(t, c, request("d", desc("blocked", "x"))); resp.OverallCode != OVER {
+			t.Errorf("a rate_limit without requests_per_unit: %v, want OVER_LIMIT", resp)
+		}
+	})
 }

@@ -122,48 +122,50 @@ func runSteps(t *testing.T, c rlspb.RateLimitServiceClient, steps []step) {
 func codes_(cs ...rlspb.RateLimitResponse_Code) []rlspb.RateLimitResponse_Code { return cs }
 
 func TestDescriptorMatching(t *testing.T) {
-	c, _ := serveGRPC(t, newService(t, envoyConfig, newClock(t0).opts()))
-	ip := func(v string) *rlspb.RateLimitRequest { return request("edge", desc("remote_address", v)) }
-	path := func(client, p string) *rlspb.RateLimitRequest {
-		return request("edge", desc("client_id", client, "path", p))
-	}
-	runSteps(t, c, []step{
-		// A key-only descriptor gives every value its own counter.
-		{"ip a 1", ip("10.0.0.2"), OK, codes_(OK), []uint32{2}, []uint32{3}},
-		{"ip a 2", ip("10.0.0.2"), OK, codes_(OK), []uint32{1}, nil},
-		{"ip b 1", ip("10.0.0.3"), OK, codes_(OK), []uint32{2}, nil},
-		{"ip a 3", ip("10.0.0.2"), OK, codes_(OK), []uint32{0}, nil},
-		{"ip a 4", ip("10.0.0.2"), OVER, codes_(OVER), []uint32{0}, []uint32{3}},
-		// A value match wins over the default.
-		{"trusted", ip("10.0.0.1"), OK, codes_(OK), []uint32{math.MaxUint32}, []uint32{noLimit}},
-		{"blocked", ip("10.6.6.6"), OVER, codes_(OVER), []uint32{0}, []uint32{0}},
-		// Nested: the specific client's default path, its /login, and the
-		// default client's paths.
-		{"acme /a 1", path("acme", "/a"), OK, codes_(OK), []uint32{1}, []uint32{2}},
-		{"acme /a 2", path("acme", "/a"), OK, codes_(OK), []uint32{0}, nil},
-		{"acme /a 3", path("acme", "/a"), OVER, codes_(OVER), nil, nil},
-		{"acme /b 1", path("acme", "/b"), OK, codes_(OK), []uint32{1}, nil},
-		{"acme /login 1", path("acme", "/login"), OK, codes_(OK), []uint32{0}, []uint32{1}},
-		{"acme /login 2", path("acme", "/login"), OVER, codes_(OVER), nil, nil},
-		{"other /login", path("other", "/login"), OK, codes_(OK), []uint32{4}, []uint32{5}},
-		// Unknown or partial descriptors are answered OK without a limit,
-		// as envoyproxy/ratelimit does.
-		{"unknown key", request("edge", desc("nope", "x")), OK, codes_(OK), []uint32{0}, []uint32{noLimit}},
-		{"too short", request("edge", desc("client_id", "acme")), OK, codes_(OK), nil, []uint32{noLimit}},
-		{"too long", request("edge", desc("remote_address", "10.0.0.9", "path", "/")), OK, codes_(OK), nil, []uint32{noLimit}},
-		{"unknown domain", request("nowhere", desc("remote_address", "10.0.0.2")), OK, codes_(OK), nil, []uint32{noLimit}},
-		{"no entries", request("edge", desc()), OK, codes_(OK), nil, []uint32{noLimit}},
-		// Wildcards match by prefix; every value still counts alone.
-		{"bot-1 1", request("edge", desc("user", "bot-1")), OK, codes_(OK), nil, []uint32{1}},
-		{"bot-1 2", request("edge", desc("user", "bot-1")), OVER, codes_(OVER), nil, nil},
-		{"bot-2 1", request("edge", desc("user", "bot-2")), OK, codes_(OK), nil, nil},
-		{"human", request("edge", desc("user", "bo")), OK, codes_(OK), nil, []uint32{noLimit}},
-		// Several descriptors: each decided alone, over if any is over.
-		{"mixed", request("edge", desc("remote_address", "10.0.0.2"), desc("remote_address", "10.0.0.4"), desc("nope", "")),
-			OVER, codes_(OVER, OK, OK), []uint32{0, 2, 0}, nil},
-		// Shadow mode: over limit, answered OK.
-		{"watched 1", request("edge", desc("watched", "x")), OK, codes_(OK), []uint32{0}, nil},
-		{"watched 2", request("edge", desc("watched", "x")), OK, codes_(OK), []uint32{0}, []uint32{1}},
+	eachBackendYAML(t, envoyConfig, Options{}, func(t *testing.T, b backend) {
+		c := b.c
+		ip := func(v string) *rlspb.RateLimitRequest { return request("edge", desc("remote_address", v)) }
+		path := func(client, p string) *rlspb.RateLimitRequest {
+			return request("edge", desc("client_id", client, "path", p))
+		}
+		runSteps(t, c, []step{
+			// A key-only descriptor gives every value its own counter.
+			{"ip a 1", ip("10.0.0.2"), OK, codes_(OK), []uint32{2}, []uint32{3}},
+			{"ip a 2", ip("10.0.0.2"), OK, codes_(OK), []uint32{1}, nil},
+			{"ip b 1", ip("10.0.0.3"), OK, codes_(OK), []uint32{2}, nil},
+			{"ip a 3", ip("10.0.0.2"), OK, codes_(OK), []uint32{0}, nil},
+			{"ip a 4", ip("10.0.0.2"), OVER, codes_(OVER), []uint32{0}, []uint32{3}},
+			// A value match wins over the default.
+			{"trusted", ip("10.0.0.1"), OK, codes_(OK), []uint32{math.MaxUint32}, []uint32{noLimit}},
+			{"blocked", ip("10.6.6.6"), OVER, codes_(OVER), []uint32{0}, []uint32{0}},
+			// Nested: the specific client's default path, its /login, and the
+			// default client's paths.
+			{"acme /a 1", path("acme", "/a"), OK, codes_(OK), []uint32{1}, []uint32{2}},
+			{"acme /a 2", path("acme", "/a"), OK, codes_(OK), []uint32{0}, nil},
+			{"acme /a 3", path("acme", "/a"), OVER, codes_(OVER), nil, nil},
+			{"acme /b 1", path("acme", "/b"), OK, codes_(OK), []uint32{1}, nil},
+			{"acme /login 1", path("acme", "/login"), OK, codes_(OK), []uint32{0}, []uint32{1}},
+			{"acme /login 2", path("acme", "/login"), OVER, codes_(OVER), nil, nil},
+			{"other /login", path("other", "/login"), OK, codes_(OK), []uint32{4}, []uint32{5}},
+			// Unknown or partial descriptors are answered OK without a limit,
+			// as envoyproxy/ratelimit does.
+			{"unknown key", request("edge", desc("nope", "x")), OK, codes_(OK), []uint32{0}, []uint32{noLimit}},
+			{"too short", request("edge", desc("client_id", "acme")), OK, codes_(OK), nil, []uint32{noLimit}},
+			{"too long", request("edge", desc("remote_address", "10.0.0.9", "path", "/")), OK, codes_(OK), nil, []uint32{noLimit}},
+			{"unknown domain", request("nowhere", desc("remote_address", "10.0.0.2")), OK, codes_(OK), nil, []uint32{noLimit}},
+			{"no entries", request("edge", desc()), OK, codes_(OK), nil, []uint32{noLimit}},
+			// Wildcards match by prefix; every value still counts alone.
+			{"bot-1 1", request("edge", desc("user", "bot-1")), OK, codes_(OK), nil, []uint32{1}},
+			{"bot-1 2", request("edge", desc("user", "bot-1")), OVER, codes_(OVER), nil, nil},
+			{"bot-2 1", request("edge", desc("user", "bot-2")), OK, codes_(OK), nil, nil},
+			{"human", request("edge", desc("user", "bo")), OK, codes_(OK), nil, []uint32{noLimit}},
+			// Several descriptors: each decided alone, over if any is over.
+			{"mixed", request("edge", desc("remote_address", "10.0.0.2"), desc("remote_address", "10.0.0.4"), desc("nope", "")),
+				OVER, codes_(OVER, OK, OK), []uint32{0, 2, 0}, nil},
+			// Shadow mode: over limit, answered OK.
+			{"watched 1", request("edge", desc("watched", "x")), OK, codes_(OK), []uint32{0}, nil},
+			{"watched 2", request("edge", desc("watched", "x")), OK, codes_(OK), []uint32{0}, []uint32{1}},
+		})
 	})
 }
 
@@ -182,32 +184,34 @@ descriptors:
     value: y_z
     rate_limit: {unit: minute, requests_per_unit: 0}
 `
-	c, _ := serveGRPC(t, newService(t, cfg, newClock(t0).opts()))
-	runSteps(t, c, []step{
-		{"a_b=c", request("d", desc("a_b", "c")), OK, codes_(OK), nil, nil},
-		{"a=b_c", request("d", desc("a", "b_c")), OK, codes_(OK), nil, nil},
-		{"a_b=c again", request("d", desc("a_b", "c")), OVER, codes_(OVER), nil, nil},
-		// x_y=z would match x=y_z in envoyproxy/ratelimit and be blocked.
-		{"x_y=z", request("d", desc("x_y", "z")), OK, codes_(OK), nil, []uint32{noLimit}},
-		{"x=y_z", request("d", desc("x", "y_z")), OVER, codes_(OVER), nil, []uint32{0}},
-	})
-	// Distinct descriptors, and distinct domains, never share a key.
-	seen := map[string]string{}
-	for _, tc := range []struct {
-		domain string
-		kv     []string
-	}{
-		{"d", []string{"a_b", "c"}}, {"d", []string{"a", "b_c"}}, {"d_a", []string{"b", "c"}},
-		{"d", []string{"a", "b", "c", ""}}, {"d", []string{"a", "b_c", "", ""}}, {"d", []string{"a:1", "b"}},
-		{"d", []string{"a", "1:b"}},
-	} {
-		k := counterKey(tc.domain, desc(tc.kv...), nil)
-		name := tc.domain + " " + strings.Join(tc.kv, ",")
-		if prev, dup := seen[k]; dup {
-			t.Errorf("%s and %s share key %q", prev, name, k)
+	eachBackendYAML(t, cfg, Options{}, func(t *testing.T, b backend) {
+		c := b.c
+		runSteps(t, c, []step{
+			{"a_b=c", request("d", desc("a_b", "c")), OK, codes_(OK), nil, nil},
+			{"a=b_c", request("d", desc("a", "b_c")), OK, codes_(OK), nil, nil},
+			{"a_b=c again", request("d", desc("a_b", "c")), OVER, codes_(OVER), nil, nil},
+			// x_y=z would match x=y_z in envoyproxy/ratelimit and be blocked.
+			{"x_y=z", request("d", desc("x_y", "z")), OK, codes_(OK), nil, []uint32{noLimit}},
+			{"x=y_z", request("d", desc("x", "y_z")), OVER, codes_(OVER), nil, []uint32{0}},
+		})
+		// Distinct descriptors, and distinct domains, never share a key.
+		seen := map[string]string{}
+		for _, tc := range []struct {
+			domain string
+			kv     []string
+		}{
+			{"d", []string{"a_b", "c"}}, {"d", []string{"a", "b_c"}}, {"d_a", []string{"b", "c"}},
+			{"d", []string{"a", "b", "c", ""}}, {"d", []string{"a", "b_c", "", ""}}, {"d", []string{"a:1", "b"}},
+			{"d", []string{"a", "1:b"}},
+		} {
+			k := counterKey(tc.domain, desc(tc.kv...), nil)
+			name := tc.domain + " " + strings.Join(tc.kv, ",")
+			if prev, dup := seen[k]; dup {
+				t.Errorf("%s and %s share key %q", prev, name, k)
+			}
+			seen[k] = name
 		}
-		seen[k] = name
-	}
+	})
 }
 
 func FuzzCounterKey(f *testing.F) {
@@ -233,34 +237,36 @@ descriptors:
   - key: k
     rate_limit: {unit: minute, requests_per_unit: 10}
 `
-	c, _ := serveGRPC(t, newService(t, cfg, newClock(t0).opts()))
-	withHits := func(h uint32, ds ...*rlpb.RateLimitDescriptor) *rlspb.RateLimitRequest {
-		r := request("d", ds...)
-		r.HitsAddend = h
-		return r
-	}
-	own := desc("k", "b")
-	own.HitsAddend = wrapperspb.UInt64(4)
-	runSteps(t, c, []step{
-		{"7 hits", withHits(7, desc("k", "a")), OK, codes_(OK), []uint32{3}, nil},
-		// All or nothing: 4 more do not fit and nothing is taken (a denied
-		// status reports 0 remaining, as envoyproxy/ratelimit does).
-		{"4 more", withHits(4, desc("k", "a")), OVER, codes_(OVER), []uint32{0}, nil},
-		{"3 more", withHits(3, desc("k", "a")), OK, codes_(OK), []uint32{0}, nil},
-		// A descriptor's own hits_addend overrides the request's.
-		{"own 4", withHits(9, own, desc("k", "c")), OK, codes_(OK, OK), []uint32{6, 1}, nil},
-		// More than the limit can ever hold.
-		{"11", withHits(11, desc("k", "d")), OVER, codes_(OVER), []uint32{0}, nil},
-		{"1 after 11", withHits(1, desc("k", "d")), OK, codes_(OK), []uint32{9}, nil},
+	eachBackendYAML(t, cfg, Options{}, func(t *testing.T, b backend) {
+		c := b.c
+		withHits := func(h uint32, ds ...*rlpb.RateLimitDescriptor) *rlspb.RateLimitRequest {
+			r := request("d", ds...)
+			r.HitsAddend = h
+			return r
+		}
+		own := desc("k", "b")
+		own.HitsAddend = wrapperspb.UInt64(4)
+		runSteps(t, c, []step{
+			{"7 hits", withHits(7, desc("k", "a")), OK, codes_(OK), []uint32{3}, nil},
+			// All or nothing: 4 more do not fit and nothing is taken (a denied
+			// status reports 0 remaining, as envoyproxy/ratelimit does).
+			{"4 more", withHits(4, desc("k", "a")), OVER, codes_(OVER), []uint32{0}, nil},
+			{"3 more", withHits(3, desc("k", "a")), OK, codes_(OK), []uint32{0}, nil},
+			// A descriptor's own hits_addend overrides the request's.
+			{"own 4", withHits(9, own, desc("k", "c")), OK, codes_(OK, OK), []uint32{6, 1}, nil},
+			// More than the limit can ever hold.
+			{"11", withHits(11, desc("k", "d")), OVER, codes_(OVER), []uint32{0}, nil},
+			{"1 after 11", withHits(1, desc("k", "d")), OK, codes_(OK), []uint32{9}, nil},
+		})
+		neg := desc("k", "e")
+		neg.IsNegativeHits = true
+		// The valid descriptor before the invalid one is not counted.
+		_, err := c.ShouldRateLimit(context.Background(), withHits(10, desc("k", "f"), neg))
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("is_negative_hits: err %v, want InvalidArgument", err)
+		}
+		runSteps(t, c, []step{{"f untouched", withHits(10, desc("k", "f")), OK, codes_(OK), []uint32{0}, nil}})
 	})
-	neg := desc("k", "e")
-	neg.IsNegativeHits = true
-	// The valid descriptor before the invalid one is not counted.
-	_, err := c.ShouldRateLimit(context.Background(), withHits(10, desc("k", "f"), neg))
-	if status.Code(err) != codes.InvalidArgument {
-		t.Errorf("is_negative_hits: err %v, want InvalidArgument", err)
-	}
-	runSteps(t, c, []step{{"f untouched", withHits(10, desc("k", "f")), OK, codes_(OK), []uint32{0}, nil}})
 }
 
 // A descriptor hits_addend of 0 (Envoy's apply_on_stream_done check)
@@ -273,52 +279,58 @@ descriptors:
   - key: k
     rate_limit: {unit: minute, requests_per_unit: 2}
 `
-	c, _ := serveGRPC(t, newService(t, cfg, newClock(t0).opts()))
-	check := desc("k", "a")
-	check.HitsAddend = wrapperspb.UInt64(0)
-	hit := request("d", desc("k", "a"))
-	runSteps(t, c, []step{
-		{"check fresh", request("d", check), OK, codes_(OK), []uint32{2}, []uint32{2}},
-		{"check again", request("d", check), OK, codes_(OK), []uint32{2}, nil},
-		{"hit 1", hit, OK, codes_(OK), []uint32{1}, nil},
-		{"check after 1", request("d", check), OK, codes_(OK), []uint32{1}, nil},
-		{"hit 2", hit, OK, codes_(OK), []uint32{0}, nil},
-		{"check full", request("d", check), OVER, codes_(OVER), []uint32{0}, nil},
-		{"hit 3", hit, OVER, codes_(OVER), []uint32{0}, nil},
+	eachBackendYAML(t, cfg, Options{}, func(t *testing.T, b backend) {
+		c := b.c
+		check := desc("k", "a")
+		check.HitsAddend = wrapperspb.UInt64(0)
+		hit := request("d", desc("k", "a"))
+		runSteps(t, c, []step{
+			{"check fresh", request("d", check), OK, codes_(OK), []uint32{2}, []uint32{2}},
+			{"check again", request("d", check), OK, codes_(OK), []uint32{2}, nil},
+			{"hit 1", hit, OK, codes_(OK), []uint32{1}, nil},
+			{"check after 1", request("d", check), OK, codes_(OK), []uint32{1}, nil},
+			{"hit 2", hit, OK, codes_(OK), []uint32{0}, nil},
+			{"check full", request("d", check), OVER, codes_(OVER), []uint32{0}, nil},
+			{"hit 3", hit, OVER, codes_(OVER), []uint32{0}, nil},
+		})
 	})
 }
 
 func TestInvalidRequests(t *testing.T) {
-	c, _ := serveGRPC(t, newService(t, envoyConfig, newClock(t0).opts()))
-	for _, tc := range []struct {
-		req  *rlspb.RateLimitRequest
-		want string
-	}{
-		{request("", desc("k", "v")), "rate limit domain must not be empty"},
-		{request("edge"), "rate limit descriptor list must not be empty"},
-		{request("edge", &rlpb.RateLimitDescriptor{Entries: desc("k", "v").Entries,
-			Limit: &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}}), "descriptor 0: limit override has unknown unit UNKNOWN"},
-	} {
-		_, err := c.ShouldRateLimit(context.Background(), tc.req)
-		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%v: err %v, want InvalidArgument with %q", tc.req, err, tc.want)
+	eachBackendYAML(t, envoyConfig, Options{}, func(t *testing.T, b backend) {
+		c := b.c
+		for _, tc := range []struct {
+			req  *rlspb.RateLimitRequest
+			want string
+		}{
+			{request("", desc("k", "v")), "rate limit domain must not be empty"},
+			{request("edge"), "rate limit descriptor list must not be empty"},
+			{request("edge", &rlpb.RateLimitDescriptor{Entries: desc("k", "v").Entries,
+				Limit: &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}}), "descriptor 0: limit override has unknown unit UNKNOWN"},
+		} {
+			_, err := c.ShouldRateLimit(context.Background(), tc.req)
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("%v: err %v, want InvalidArgument with %q", tc.req, err, tc.want)
+			}
 		}
-	}
+	})
 }
 
 func TestLimitOverride(t *testing.T) {
-	c, _ := serveGRPC(t, newService(t, envoyConfig, newClock(t0).opts()))
-	d := desc("anything", "x")
-	d.Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typepb.RateLimitUnit_MINUTE}
-	runSteps(t, c, []step{
-		{"1", request("edge", d), OK, codes_(OK), []uint32{1}, []uint32{2}},
-		{"2", request("edge", d), OK, codes_(OK), []uint32{0}, nil},
-		{"3", request("edge", d), OVER, codes_(OVER), []uint32{0}, nil},
+	eachBackendYAML(t, envoyConfig, Options{}, func(t *testing.T, b backend) {
+		c := b.c
+		d := desc("anything", "x")
+		d.Limit = &rlpb.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 2, Unit: typepb.RateLimitUnit_MINUTE}
+		runSteps(t, c, []step{
+			{"1", request("edge", d), OK, codes_(OK), []uint32{1}, []uint32{2}},
+			{"2", request("edge", d), OK, codes_(OK), []uint32{0}, nil},
+			{"3", request("edge", d), OVER, codes_(OVER), []uint32{0}, nil},
+		})
+		resp := call(t, c, request("edge", d))
+		if got := resp.Statuses[0].CurrentLimit.Unit; got != rlspb.RateLimitResponse_RateLimit_MINUTE {
+			t.Errorf("unit %s, want MINUTE", got)
+		}
 	})
-	resp := call(t, c, request("edge", d))
-	if got := resp.Statuses[0].CurrentLimit.Unit; got != rlspb.RateLimitResponse_RateLimit_MINUTE {
-		t.Errorf("unit %s, want MINUTE", got)
-	}
 }
 
 func TestReplaces(t *testing.T) {
@@ -337,20 +349,22 @@ descriptors:
       unit: minute
       requests_per_unit: 1
 `
-	c, _ := serveGRPC(t, newService(t, cfg, newClock(t0).opts()))
-	gold := func() *rlspb.RateLimitRequest { return request("d", desc("tier", "gold"), desc("ip", "1")) }
-	runSteps(t, c, []step{
-		{"gold 1", gold(), OK, codes_(OK, OK), []uint32{99, 0}, []uint32{100, noLimit}},
-		{"gold 2", gold(), OK, codes_(OK, OK), []uint32{98, 0}, []uint32{100, noLimit}},
-		// Without the replacing limit the per-ip limit applies, and was
-		// never counted above.
-		{"plain 1", request("d", desc("ip", "1")), OK, codes_(OK), []uint32{0}, []uint32{1}},
-		{"plain 2", request("d", desc("ip", "1")), OVER, codes_(OVER), nil, nil},
+	eachBackendYAML(t, cfg, Options{}, func(t *testing.T, b backend) {
+		c := b.c
+		gold := func() *rlspb.RateLimitRequest { return request("d", desc("tier", "gold"), desc("ip", "1")) }
+		runSteps(t, c, []step{
+			{"gold 1", gold(), OK, codes_(OK, OK), []uint32{99, 0}, []uint32{100, noLimit}},
+			{"gold 2", gold(), OK, codes_(OK, OK), []uint32{98, 0}, []uint32{100, noLimit}},
+			// Without the replacing limit the per-ip limit applies, and was
+			// never counted above.
+			{"plain 1", request("d", desc("ip", "1")), OK, codes_(OK), []uint32{0}, []uint32{1}},
+			{"plain 2", request("d", desc("ip", "1")), OVER, codes_(OVER), nil, nil},
+		})
+		resp := call(t, c, gold())
+		if resp.Statuses[1].CurrentLimit != nil {
+			t.Errorf("replaced limit reported: %v", resp.Statuses[1])
+		}
 	})
-	resp := call(t, c, gold())
-	if resp.Statuses[1].CurrentLimit != nil {
-		t.Errorf("replaced limit reported: %v", resp.Statuses[1])
-	}
 }
 
 func TestMultipleLimitsAndAlgorithms(t *testing.T) {
@@ -367,32 +381,34 @@ descriptors:
   - key: bucket
     rate_limit: {unit: second, requests_per_unit: 1, algorithm: token_bucket, burst: 2}
 `
-	clk := newClock(t0)
-	c, _ := serveGRPC(t, newService(t, cfg, clk.opts()))
-	u := func() *rlspb.RateLimitRequest { return request("d", desc("user", "u")) }
-	runSteps(t, c, []step{
-		{"1", u(), OK, codes_(OK), []uint32{1}, []uint32{2}},
-		{"2", u(), OK, codes_(OK), []uint32{0}, []uint32{2}},
-		// The per-second limit denies.
-		{"3", u(), OVER, codes_(OVER), []uint32{0}, []uint32{2}},
+	eachBackendYAML(t, cfg, Options{}, func(t *testing.T, b backend) {
+		c := b.c
+		clk := b.clk
+		u := func() *rlspb.RateLimitRequest { return request("d", desc("user", "u")) }
+		runSteps(t, c, []step{
+			{"1", u(), OK, codes_(OK), []uint32{1}, []uint32{2}},
+			{"2", u(), OK, codes_(OK), []uint32{0}, []uint32{2}},
+			// The per-second limit denies.
+			{"3", u(), OVER, codes_(OVER), []uint32{0}, []uint32{2}},
+		})
+		clk.add(2 * time.Second)
+		runSteps(t, c, []step{
+			{"4", u(), OK, codes_(OK), []uint32{0}, []uint32{3}},
+			{"5", u(), OVER, codes_(OVER), []uint32{0}, []uint32{3}},
+		})
+		resp := call(t, c, u())
+		if r := resp.Statuses[0].DurationUntilReset.AsDuration(); r != 48*time.Second {
+			t.Errorf("minute limit resets in %s, want 48s (window ends at :13 + 48 s = :01:00)", r)
+		}
+		bucket := func() *rlspb.RateLimitRequest { return request("d", desc("bucket", "b")) }
+		runSteps(t, c, []step{
+			{"b1", bucket(), OK, codes_(OK), []uint32{1}, []uint32{1}},
+			{"b2", bucket(), OK, codes_(OK), []uint32{0}, nil},
+			{"b3", bucket(), OVER, codes_(OVER), nil, nil},
+		})
+		clk.add(time.Second)
+		runSteps(t, c, []step{{"b4", bucket(), OK, codes_(OK), []uint32{0}, nil}})
 	})
-	clk.add(2 * time.Second)
-	runSteps(t, c, []step{
-		{"4", u(), OK, codes_(OK), []uint32{0}, []uint32{3}},
-		{"5", u(), OVER, codes_(OVER), []uint32{0}, []uint32{3}},
-	})
-	resp := call(t, c, u())
-	if r := resp.Statuses[0].DurationUntilReset.AsDuration(); r != 48*time.Second {
-		t.Errorf("minute limit resets in %s, want 48s (window ends at :13 + 48 s = :01:00)", r)
-	}
-	b := func() *rlspb.RateLimitRequest { return request("d", desc("bucket", "b")) }
-	runSteps(t, c, []step{
-		{"b1", b(), OK, codes_(OK), []uint32{1}, []uint32{1}},
-		{"b2", b(), OK, codes_(OK), []uint32{0}, nil},
-		{"b3", b(), OVER, codes_(OVER), nil, nil},
-	})
-	clk.add(time.Second)
-	runSteps(t, c, []step{{"b4", b(), OK, codes_(OK), []uint32{0}, nil}})
 }
 
 func TestFixedWindowReset(t *testing.T) {
@@ -402,24 +418,26 @@ descriptors:
   - key: k
     rate_limit: {unit: minute, requests_per_unit: 2}
 `
-	clk := newClock(t0)
-	c, _ := serveGRPC(t, newService(t, cfg, clk.opts()))
-	r := func() *rlspb.RateLimitRequest { return request("d", desc("k", "v")) }
-	runSteps(t, c, []step{
-		{"1", r(), OK, codes_(OK), []uint32{1}, nil},
-		{"2", r(), OK, codes_(OK), []uint32{0}, nil},
-		{"3", r(), OVER, codes_(OVER), []uint32{0}, nil},
-	})
-	resp := call(t, c, r())
-	if got := resp.Statuses[0].DurationUntilReset.AsDuration(); got != 50*time.Second {
-		t.Errorf("reset %s, want 50s", got)
-	}
-	clk.add(50*time.Second - time.Millisecond) // last millisecond of the window
-	runSteps(t, c, []step{{"edge", r(), OVER, codes_(OVER), nil, nil}})
-	clk.add(time.Millisecond) // a new fixed window: the full count again
-	runSteps(t, c, []step{
-		{"new 1", r(), OK, codes_(OK), []uint32{1}, nil},
-		{"new 2", r(), OK, codes_(OK), []uint32{0}, nil},
+	eachBackendYAML(t, cfg, Options{}, func(t *testing.T, b backend) {
+		c := b.c
+		clk := b.clk
+		r := func() *rlspb.RateLimitRequest { return request("d", desc("k", "v")) }
+		runSteps(t, c, []step{
+			{"1", r(), OK, codes_(OK), []uint32{1}, nil},
+			{"2", r(), OK, codes_(OK), []uint32{0}, nil},
+			{"3", r(), OVER, codes_(OVER), []uint32{0}, nil},
+		})
+		resp := call(t, c, r())
+		if got := resp.Statuses[0].DurationUntilReset.AsDuration(); got != 50*time.Second {
+			t.Errorf("reset %s, want 50s", got)
+		}
+		clk.add(50*time.Second - time.Millisecond) // last millisecond of the window
+		runSteps(t, c, []step{{"edge", r(), OVER, codes_(OVER), nil, nil}})
+		clk.add(time.Millisecond) // a new fixed window: the full count again
+		runSteps(t, c, []step{
+			{"new 1", r(), OK, codes_(OK), []uint32{1}, nil},
+			{"new 2", r(), OK, codes_(OK), []uint32{0}, nil},
+		})
 	})
 }
 
@@ -435,34 +453,37 @@ descriptors:
   - key: b
     rate_limit: {unit: second, requests_per_unit: 1}
 `
-	c, _ := serveGRPC(t, newService(t, cfg, newClock(t0.Add(250*time.Millisecond)).opts()))
-	hdrs := func(resp *rlspb.RateLimitResponse) string {
-		var b strings.Builder
-		for _, h := range resp.ResponseHeadersToAdd {
-			b.WriteString(h.Key + ": " + h.Value + "\n")
+	eachBackendYAML(t, cfg, Options{}, func(t *testing.T, b backend) {
+		c := b.c
+		b.clk.set(t0.Add(250 * time.Millisecond))
+		hdrs := func(resp *rlspb.RateLimitResponse) string {
+			var b strings.Builder
+			for _, h := range resp.ResponseHeadersToAdd {
+				b.WriteString(h.Key + ": " + h.Value + "\n")
+			}
+			return b.String()
 		}
-		return b.String()
-	}
-	resp := call(t, c, request("d", desc("a", "1")))
-	want := "x-ratelimit-limit: 5, 5;w=60;name=\"per \\\"a\\\"\"\nx-ratelimit-remaining: 4\nx-ratelimit-reset: 50\n"
-	if got := hdrs(resp); got != want {
-		t.Errorf("headers\n%s\nwant\n%s", got, want)
-	}
-	// The status closest to its limit is reported.
-	resp = call(t, c, request("d", desc("a", "1"), desc("b", "1")))
-	want = "x-ratelimit-limit: 1, 1;w=1\nx-ratelimit-remaining: 0\nx-ratelimit-reset: 1\n"
-	if got := hdrs(resp); got != want {
-		t.Errorf("headers\n%s\nwant\n%s", got, want)
-	}
-	// Over limit, but the global shadow mode answers OK; the status tells.
-	resp = call(t, c, request("d", desc("b", "1")))
-	if resp.OverallCode != OK || resp.Statuses[0].Code != OVER {
-		t.Errorf("shadow mode: overall %s status %s, want OK and OVER_LIMIT", resp.OverallCode, resp.Statuses[0].Code)
-	}
-	// No limit, no headers.
-	if resp := call(t, c, request("d", desc("zzz", "1"))); len(resp.ResponseHeadersToAdd) != 0 {
-		t.Errorf("headers without a limit: %v", resp.ResponseHeadersToAdd)
-	}
+		resp := call(t, c, request("d", desc("a", "1")))
+		want := "x-ratelimit-limit: 5, 5;w=60;name=\"per \\\"a\\\"\"\nx-ratelimit-remaining: 4\nx-ratelimit-reset: 50\n"
+		if got := hdrs(resp); got != want {
+			t.Errorf("headers\n%s\nwant\n%s", got, want)
+		}
+		// The status closest to its limit is reported.
+		resp = call(t, c, request("d", desc("a", "1"), desc("b", "1")))
+		want = "x-ratelimit-limit: 1, 1;w=1\nx-ratelimit-remaining: 0\nx-ratelimit-reset: 1\n"
+		if got := hdrs(resp); got != want {
+			t.Errorf("headers\n%s\nwant\n%s", got, want)
+		}
+		// Over limit, but the global shadow mode answers OK; the status tells.
+		resp = call(t, c, request("d", desc("b", "1")))
+		if resp.OverallCode != OK || resp.Statuses[0].Code != OVER {
+			t.Errorf("shadow mode: overall %s status %s, want OK and OVER_LIMIT", resp.OverallCode, resp.Statuses[0].Code)
+		}
+		// No limit, no headers.
+		if resp := call(t, c, request("d", desc("zzz", "1"))); len(resp.ResponseHeadersToAdd) != 0 {
+			t.Errorf("headers without a limit: %v", resp.ResponseHeadersToAdd)
+		}
+	})
 }
 
 // 64 clients on 8 connections hit one key: exactly the limit passes.
