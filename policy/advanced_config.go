@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"slices"
 	"time"
+
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // Identifier names what a limit counts by (Kong's identifier and limit_by
@@ -435,7 +437,7 @@ func parseThrottling(f *fields, t *Throttling) {
 		v, ok := asNumber(raw)
 		switch {
 		case !ok:
-			f.d.fail(f.at("interval"), msgNumber)
+			f.d.mistyped(f.at("interval"), field.Number, raw)
 		case v < 1 || v > 1_000_000:
 			f.d.fail(f.at("interval"), "value should be between 1 and 1000000")
 		default:
@@ -499,7 +501,7 @@ func (f *fields) errorCode(dst *int64) {
 		v, ok := asNumber(raw)
 		switch {
 		case !ok:
-			f.d.fail(f.at("error_code"), msgNumber)
+			f.d.mistyped(f.at("error_code"), field.Number, raw)
 		case v <= 0:
 			f.d.fail(f.at("error_code"), msgGreaterZero)
 		case !isWhole(v) || v < 100 || v > 999:

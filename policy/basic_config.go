@@ -3,6 +3,8 @@ package policy
 import (
 	"strconv"
 	"time"
+
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // BasicConfig is the config object of Kong's OSS rate-limiting plugin,
@@ -181,7 +183,7 @@ func (f *fields) periodLimit(name string, dst **int64) {
 		v, ok := asNumber(raw)
 		switch {
 		case !ok:
-			f.d.fail(f.at(name), msgNumber)
+			f.d.mistyped(f.at(name), field.Number, raw)
 		case v <= 0:
 			f.d.fail(f.at(name), msgGreaterZero)
 		case !isWhole(v):

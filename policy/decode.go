@@ -11,16 +11,11 @@ import (
 	"github.com/seed-008287da/sluice/policy/field"
 )
 
-// Kong's schema messages for type errors and missing fields.
+// Kong's schema messages for missing and unknown fields; a value of the
+// wrong kind is described as every sluice decoder does (field.Expected).
 const (
 	msgRequired   = "required field missing"
 	msgUnknown    = "unknown field"
-	msgNumber     = "expected a number"
-	msgInteger    = "expected an integer"
-	msgString     = "expected a string"
-	msgBoolean    = "expected a boolean"
-	msgArray      = "expected an array"
-	msgRecord     = "expected a record"
 	msgEmptyStr   = "length must be at least 1"
 	msgNotJSON    = "invalid JSON: "
 	pathConfig    = "config"
@@ -37,12 +32,17 @@ func (d *decoder) fail(path, msg string) {
 	d.errs = append(d.errs, field.Error{Path: path, Message: msg})
 }
 
+// mistyped records that the value raw at path is not of kind want.
+func (d *decoder) mistyped(path string, want field.Kind, raw json.RawMessage) {
+	d.fail(path, field.Expected(path, want, raw))
+}
+
 // record opens a JSON object at path. It reports a type error and returns
 // nil when raw is not an object.
 func (d *decoder) record(path string, raw json.RawMessage) *fields {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &m); err != nil || m == nil {
-		d.fail(path, msgRecord)
+		d.mistyped(path, field.Object, raw)
 		return nil
 	}
 	return &fields{d: d, path: path, m: m}
@@ -142,7 +142,7 @@ func (f *fields) reqString(name string, dst *string, nonEmpty bool) {
 		s, ok := asString(raw)
 		switch {
 		case !ok:
-			f.d.fail(f.at(name), msgString)
+			f.d.mistyped(f.at(name), field.String, raw)
 		case nonEmpty && s == "":
 			f.d.fail(f.at(name), msgEmptyStr)
 		default:
@@ -161,7 +161,7 @@ func (f *fields) optString(name string, dst **string) {
 		s, ok := asString(raw)
 		switch {
 		case !ok:
-			f.d.fail(f.at(name), msgString)
+			f.d.mistyped(f.at(name), field.String, raw)
 		case s == "":
 			f.d.fail(f.at(name), msgEmptyStr)
 		default:
@@ -185,7 +185,7 @@ func (f *fields) enum(name string, dst **string, nullable bool, allowed ...strin
 		s, ok := asString(raw)
 		switch {
 		case !ok:
-			f.d.fail(f.at(name), msgString)
+			f.d.mistyped(f.at(name), field.String, raw)
 		case !slices.Contains(allowed, s):
 			f.d.fail(f.at(name), enumMessage(allowed))
 		default:
@@ -205,7 +205,7 @@ func (f *fields) reqBool(name string, dst *bool) {
 		if b, ok := asBool(raw); ok {
 			*dst = b
 		} else {
-			f.d.fail(f.at(name), msgBoolean)
+			f.d.mistyped(f.at(name), field.Boolean, raw)
 		}
 	}
 }
@@ -219,7 +219,7 @@ func (f *fields) reqNumber(name string, dst *float64) {
 		if v, ok := asNumber(raw); ok {
 			*dst = v
 		} else {
-			f.d.fail(f.at(name), msgNumber)
+			f.d.mistyped(f.at(name), field.Number, raw)
 		}
 	}
 }
@@ -233,7 +233,7 @@ func (f *fields) optNumber(name string, dst **float64) {
 		if v, ok := asNumber(raw); ok {
 			*dst = &v
 		} else {
-			f.d.fail(f.at(name), msgNumber)
+			f.d.mistyped(f.at(name), field.Number, raw)
 		}
 	}
 }
@@ -242,7 +242,7 @@ func (f *fields) optNumber(name string, dst **float64) {
 func (f *fields) integer(path string, raw json.RawMessage, lo, hi int64) (int64, bool) {
 	v, ok := asNumber(raw)
 	if !ok || !isWhole(v) {
-		f.d.fail(path, msgInteger)
+		f.d.mistyped(path, field.Integer, raw)
 		return 0, false
 	}
 	if v < float64(lo) || v > float64(hi) {
@@ -285,7 +285,7 @@ func (f *fields) numbers(name string) (vs []float64, present, valid bool) {
 	}
 	items, ok := asArray(raw)
 	if !ok {
-		f.d.fail(f.at(name), msgArray)
+		f.d.mistyped(f.at(name), field.ListOf(field.Number), raw)
 		return nil, true, false
 	}
 	vs = make([]float64, len(items))
@@ -293,7 +293,7 @@ func (f *fields) numbers(name string) (vs []float64, present, valid bool) {
 	for i, it := range items {
 		v, ok := asNumber(it)
 		if !ok {
-			f.d.fail(f.at(name)+"["+strconv.Itoa(i)+"]", msgNumber)
+			f.d.mistyped(f.at(name)+"["+strconv.Itoa(i)+"]", field.Number, it)
 			valid = false
 			continue
 		}
@@ -312,7 +312,7 @@ func (f *fields) strings(name string, dst *[]string, allowed ...string) {
 	case kindValue:
 		items, ok := asArray(raw)
 		if !ok {
-			f.d.fail(f.at(name), msgArray)
+			f.d.mistyped(f.at(name), field.ListOf(field.String), raw)
 			return
 		}
 		out := make([]string, 0, len(items))
@@ -321,7 +321,7 @@ func (f *fields) strings(name string, dst *[]string, allowed ...string) {
 			s, ok := asString(it)
 			switch {
 			case !ok:
-				f.d.fail(p, msgString)
+				f.d.mistyped(p, field.String, it)
 			case len(allowed) > 0 && !slices.Contains(allowed, s):
 				f.d.fail(p, enumMessage(allowed))
 			case s == "":

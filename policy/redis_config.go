@@ -4,6 +4,8 @@ import (
 	"net"
 	"strconv"
 	"strings"
+
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // RedisConfig is Kong's shared Redis record (config.redis) with its
@@ -193,7 +195,7 @@ func (f *fields) nodes(name, hostKey string, cur []HostPort) []HostPort {
 	}
 	items, ok := asArray(raw)
 	if !ok {
-		f.d.fail(f.at(name), msgArray)
+		f.d.mistyped(f.at(name), field.List, raw)
 		return cur
 	}
 	if len(items) == 0 {

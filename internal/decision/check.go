@@ -77,7 +77,7 @@ func (d *decoder) check(path string, n *yaml.Node, domains []Domain) *CheckConfi
 	for i, pn := range m.seq("trusted_proxies") {
 		p := indexPath(joinPath(path, "trusted_proxies"), i)
 		if pn.Kind != yaml.ScalarNode {
-			d.add(pn, p, "expected an address or CIDR")
+			d.mistype(pn, p, "an address or CIDR")
 			continue
 		}
 		pfx, err := parsePrefix(pn.Value)

@@ -59,8 +59,8 @@ func TestPeerFieldsParse(t *testing.T) {
 	}
 	for _, tc := range []struct{ yml, want string }{
 		{"domain: d\ndescriptors: [{key: k, value: v, share_threshold: true}]\n", `line 2: descriptors[0].share_threshold: only for a wildcard value (one with "*"), got "v"`},
-		{"domain: d\ndescriptors: [{key: k, metadata: [1, 2]}]\n", "line 2: descriptors[0].metadata: expected a mapping"},
-		{"domain: d\ndescriptors: [{key: k, quota_mode: yes please}]\n", "line 2: descriptors[0].quota_mode: expected true or false"},
+		{"domain: d\ndescriptors: [{key: k, metadata: [1, 2]}]\n", "line 2: descriptors[0].metadata: expected an object, got a list"},
+		{"domain: d\ndescriptors: [{key: k, quota_mode: yes please}]\n", "line 2: descriptors[0].quota_mode: expected true or false, got a string"},
 	} {
 		_, err := Parse([]byte(tc.yml))
 		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {

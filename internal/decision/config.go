@@ -544,7 +544,7 @@ func (d *decoder) descriptors(path string, nodes []*yaml.Node, alg ratelimit.Alg
 		}
 		if mn := m.field("metadata"); mn != nil {
 			if mn.Kind != yaml.MappingNode {
-				d.add(mn, joinPath(p, "metadata"), "expected a mapping")
+				d.mistype(mn, joinPath(p, "metadata"), field.Object)
 			} else if v := d.value(joinPath(p, "metadata"), mn); v != nil {
 				desc.Metadata = v.GetStructValue()
 			}
@@ -812,7 +812,7 @@ func (d *decoder) addrs(m *mapping, path, name string) []redisstore.Addr {
 	for i, n := range m.seq(name) {
 		p := indexPath(joinPath(path, name), i)
 		if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
-			d.add(n, p, "expected a \"host:port\" string")
+			d.mistype(n, p, `a "host:port" string`)
 			continue
 		}
 		host, port, err := net.SplitHostPort(n.Value)

@@ -100,15 +100,17 @@ func TestParseErrors(t *testing.T) {
 	}{
 		{"empty", ``, []string{"the file is empty"}},
 		{"not yaml", "domain: [", []string{"parsing YAML: yaml: line 1: did not find expected node content"}},
-		{"not a mapping", "- a", []string{"line 1: expected a mapping"}},
+		{"not a mapping", "- a", []string{"line 1: expected an object, got a list"}},
 		{"no domains", "algorithm: fixed", []string{"line 1: no domains: give domain and descriptors, or domains"}},
 		// A value of the wrong type is one error at its field, in the
 		// user's words, not followed by checks of the value it lacks.
-		{"key a list", "domain: d\ndescriptors:\n  - key: [1]\n", []string{"line 3: descriptors[0].key: expected a string"}},
+		{"key a list", "domain: d\ndescriptors:\n  - key: [1]\n", []string{"line 3: descriptors[0].key: expected a string, got a list"}},
 		{"unit a list", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: [1], requests_per_unit: 1}\n",
-			[]string{"line 4: descriptors[0].rate_limit.unit: expected a string"}},
-		{"shadow_mode a list", "domain: d\ndescriptors:\n  - key: a\n    shadow_mode: [1]\n", []string{"line 4: descriptors[0].shadow_mode: expected true or false"}},
-		{"descriptors a mapping", "domain: d\ndescriptors: {a: 1}\n", []string{"line 2: descriptors: expected a list"}},
+			[]string{"line 4: descriptors[0].rate_limit.unit: expected a string, got a list"}},
+		{"shadow_mode a list", "domain: d\ndescriptors:\n  - key: a\n    shadow_mode: [1]\n", []string{"line 4: descriptors[0].shadow_mode: expected true or false, got a list"}},
+		{"descriptors a mapping", "domain: d\ndescriptors: {a: 1}\n", []string{"line 2: descriptors: expected a list, got an object"}},
+		{"nested list", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n      - key: c\n        rate_limit: {unit: second, requests_per_unit: 1.5}\n",
+			[]string{"line 7: descriptors[0].descriptors[1].rate_limit.requests_per_unit: expected an integer, got the number 1.5"}},
 		{"envoy file", `
 domain: ""
 descriptors:
@@ -191,7 +193,7 @@ descriptors: []
 		"line 5: store.redis.clock: unknown clock \"wall\" (want redis or service)",
 		"line 5: store.redis.extra: unknown field",
 		"line 6: algorithm: unknown algorithm \"gcra\" (want fixed, sliding or token_bucket)",
-		"line 7: response_headers: expected true or false",
+		"line 7: response_headers: expected true or false, got a string",
 		"line 9: domains: must not be given together with domain",
 	}
 	var ce *ConfigError

@@ -22,7 +22,7 @@ func TestPeerConfigCases(t *testing.T) {
 		{"empty_key", "domain: d\ndescriptors:\n  - value: v\n", "descriptors[0].key: must not be empty"},
 		{"misspelled_key", "domain: d\ndescriptors:\n  - key: k\n    ratelimit: {unit: day, requests_per_unit: 5}\n", "descriptors[0].ratelimit: unknown field"},
 		{"misspelled_key2", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requestsperunit: 5}\n", "descriptors[0].rate_limit.requestsperunit: unknown field"},
-		{"non_map_list", "domain: d\ndescriptors: [a, b, c]\n", "descriptors[0]: expected a mapping"},
+		{"non_map_list", "domain: d\ndescriptors: [a, b, c]\n", "descriptors[0]: expected an object, got a string"},
 		{"non_string_key", "0.25: d\ndescriptors: [{key: k}]\n", "0.25: unknown field"},
 		{"replaces_empty", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {name: self, replaces: [{name: }], unit: second, requests_per_unit: 5}\n", "replaces[0].name: must not be empty"},
 		{"replaces_self", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {name: self, replaces: [{name: self}], unit: second, requests_per_unit: 5}\n", "a limit must not replace itself"},

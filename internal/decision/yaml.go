@@ -26,7 +26,8 @@ func (d *decoder) add(n *yaml.Node, path, format string, args ...any) {
 	if d.mistyped[path] {
 		return
 	}
-	if strings.HasPrefix(format, "expected ") {
+	msg := fmt.Sprintf(format, args...)
+	if strings.HasPrefix(msg, "expected ") {
 		if d.mistyped == nil {
 			d.mistyped = map[string]bool{}
 		}
@@ -36,7 +37,30 @@ func (d *decoder) add(n *yaml.Node, path, format string, args ...any) {
 	if n != nil {
 		line = n.Line
 	}
-	d.errs = append(d.errs, field.Error{Path: path, Line: line, Message: fmt.Sprintf(format, args...)})
+	d.errs = append(d.errs, field.Error{Path: path, Line: line, Message: msg})
+}
+
+// mistype records that n, at path, is not of kind want.
+func (d *decoder) mistype(n *yaml.Node, path string, want field.Kind) {
+	d.add(n, path, "%s", field.Expected(path, want, nodeValue(n)))
+}
+
+// nodeValue is n's value as field.Expected describes it: a scalar
+// decoded, an empty list or object for a sequence or a mapping.
+func nodeValue(n *yaml.Node) any {
+	switch {
+	case n == nil:
+		return nil
+	case n.Kind == yaml.MappingNode:
+		return map[string]any{}
+	case n.Kind == yaml.SequenceNode:
+		return []any{}
+	}
+	var v any
+	if n.Decode(&v) != nil {
+		return "" // a scalar YAML cannot decode is described as a string
+	}
+	return v
 }
 
 func joinPath(path, name string) string {
@@ -83,7 +107,7 @@ type mapping struct {
 func (d *decoder) mapping(path string, n *yaml.Node) *mapping {
 	n = resolve(n)
 	if n == nil || n.Kind != yaml.MappingNode {
-		d.add(n, path, "expected a mapping")
+		d.mistype(n, path, field.Object)
 		return nil
 	}
 	m := &mapping{d: d, path: path, node: n, fields: map[string]*yaml.Node{}, used: map[string]bool{}}
@@ -121,7 +145,7 @@ func (m *mapping) str(name string) string {
 		return ""
 	}
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!str" {
-		m.d.add(n, joinPath(m.path, name), "expected a string")
+		m.d.mistype(n, joinPath(m.path, name), field.String)
 		return ""
 	}
 	return n.Value
@@ -136,7 +160,7 @@ func (m *mapping) scalar(name string) string {
 		return ""
 	}
 	if n.Kind != yaml.ScalarNode {
-		m.d.add(n, joinPath(m.path, name), "expected a string")
+		m.d.mistype(n, joinPath(m.path, name), field.String)
 		return ""
 	}
 	return n.Value
@@ -148,7 +172,7 @@ func (m *mapping) boolean(name string) bool {
 		return false
 	}
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
-		m.d.add(n, joinPath(m.path, name), "expected true or false")
+		m.d.mistype(n, joinPath(m.path, name), field.Boolean)
 		return false
 	}
 	return n.Value == "true" || n.Value == "True" || n.Value == "TRUE"
@@ -161,7 +185,7 @@ func (m *mapping) uint32(name string) (uint32, bool) {
 		return 0, false
 	}
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!int" {
-		m.d.add(n, joinPath(m.path, name), "expected an integer")
+		m.d.mistype(n, joinPath(m.path, name), field.Integer)
 		return 0, false
 	}
 	v, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 0, 64)
@@ -179,7 +203,7 @@ func (m *mapping) seq(name string) []*yaml.Node {
 		return nil
 	}
 	if n.Kind != yaml.SequenceNode {
-		m.d.add(n, joinPath(m.path, name), "expected a list")
+		m.d.mistype(n, joinPath(m.path, name), field.List)
 		return nil
 	}
 	return n.Content

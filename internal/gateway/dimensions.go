@@ -30,15 +30,15 @@ type sluiceDimensions struct {
 
 func newSluiceDimensions(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, kongconf.Errors{field.JSON("config", err)}
+	if err := field.Decode("config", raw, &m); err != nil {
+		return nil, kongconf.Errors{err.(field.Error)}
 	}
 	var src dimensions.Source
 	var errs kongconf.Errors
 	take := func(name string, dst any) {
 		if v, ok := m[name]; ok {
-			if err := json.Unmarshal(v, dst); err != nil {
-				errs = append(errs, field.JSON("config."+name, err))
+			if err := field.Decode("config."+name, v, dst); err != nil {
+				errs = append(errs, err.(field.Error))
 			}
 			delete(m, name)
 		}

@@ -90,8 +90,8 @@ func withKongKeys(raw json.RawMessage, p *kongconf.Plugin, pluginID bool) (json.
 		return raw, nil
 	}
 	var m map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, kongconf.Errors{field.JSON("config", err)}
+	if err := field.Decode("config", raw, &m); err != nil {
+		return nil, kongconf.Errors{err.(field.Error)}
 	}
 	if _, ok := m["__plugin_id"]; ok {
 		return raw, nil

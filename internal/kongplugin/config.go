@@ -5,6 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // The config structs below are what go-pdk turns into the Kong-side schema
@@ -168,7 +170,7 @@ func canonicalJSON(raw []byte, drop ...string) ([]byte, [32]byte, error) {
 	}
 	m, ok := tree.(map[string]any)
 	if !ok {
-		return nil, [32]byte{}, fmt.Errorf("kongplugin: config is not a JSON object")
+		return nil, [32]byte{}, fmt.Errorf("kongplugin: config: %s", field.Expected("config", field.Object, tree))
 	}
 	for _, k := range drop {
 		delete(m, k)

@@ -2,12 +2,14 @@ package kongplugin
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/Kong/go-pdk"
 	"github.com/Kong/go-pdk/entities"
 
 	"github.com/seed-008287da/sluice/policy/dimensions"
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // pdkAccessor reads request attributes through the PDK for
@@ -99,10 +101,11 @@ func groupsFromValue(v any) ([]string, error) {
 		return groupsFromList(t), nil
 	case []any:
 		gs := make([]string, 0, len(t))
-		for _, e := range t {
+		for i, e := range t {
 			s, ok := e.(string)
 			if !ok {
-				return nil, fmt.Errorf("%w: groups must be strings, got %T", ErrSharedValue, e)
+				p := "groups[" + strconv.Itoa(i) + "]"
+				return nil, fmt.Errorf("%w: %s: %s", ErrSharedValue, p, field.Expected(p, field.String, e))
 			}
 			if s != "" {
 				gs = append(gs, s)
@@ -110,5 +113,5 @@ func groupsFromValue(v any) ([]string, error) {
 		}
 		return gs, nil
 	}
-	return nil, fmt.Errorf("%w: groups must be an array of strings or a string, got %T", ErrSharedValue, v)
+	return nil, fmt.Errorf("%w: groups: %s", ErrSharedValue, field.Expected("groups", "a list of strings or a string", v))
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/seed-008287da/sluice/policy/field"
 	"github.com/seed-008287da/sluice/ratelimit"
 )
 
@@ -84,12 +85,12 @@ func decodeShared(v any) (sharedRecord, error) {
 			r.Key = s
 			return r, nil
 		}
-		return r, fmt.Errorf("%w: want a table or a string, got %T", ErrSharedValue, v)
+		return r, fmt.Errorf("%w: %s", ErrSharedValue, field.Expected("", "a table or a string", v))
 	}
 	if k, ok := m["key"]; ok && k != nil {
 		s, ok := k.(string)
 		if !ok {
-			return r, fmt.Errorf("%w: key must be a string, got %T", ErrSharedValue, k)
+			return r, fmt.Errorf("%w: key: %s", ErrSharedValue, field.Expected("key", field.String, k))
 		}
 		r.Key = s
 	}
@@ -101,7 +102,7 @@ func decodeShared(v any) (sharedRecord, error) {
 	if q, ok := m["quota"]; ok && q != nil {
 		qm, ok := q.(map[string]any)
 		if !ok {
-			return r, fmt.Errorf("%w: quota must be a table, got %T", ErrSharedValue, q)
+			return r, fmt.Errorf("%w: quota: %s", ErrSharedValue, field.Expected("quota", "a table", q))
 		}
 		if err := r.decodeQuota(qm); err != nil {
 			return r, err

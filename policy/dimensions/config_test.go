@@ -15,7 +15,7 @@ func TestParseErrors(t *testing.T) {
 		want []string
 	}{
 		{"not json", `{`, []string{"invalid JSON: EOF"}},
-		{"not an object", `[]`, []string{"expected a record"}},
+		{"not an object", `[]`, []string{"expected an object, got a list"}},
 		{"trailing data", `{"dimensions":[{"type":"ip"}]} {}`, []string{"invalid JSON: data after the record"}},
 		{"no dimensions", `{}`, []string{"dimensions: required field missing"}},
 		{"empty dimensions", `{"dimensions":[]}`, []string{"dimensions: at least one dimension is required"}},
@@ -28,11 +28,11 @@ func TestParseErrors(t *testing.T) {
 		}},
 		{"duplicate field", `{"dimensions":[{"type":"ip","type":"method"}]}`, []string{"dimensions[0].type: duplicate field"}},
 		{"wrong types", `{"dimensions":[{"type":1,"index":"2"},{"type":"path_segment","index":1.5}],"placeholder":[],"on_missing":"drop"}`, []string{
-			"dimensions[0].type: expected a string",
-			"dimensions[0].index: expected a number",
-			"dimensions[1].index: expected an integer",
+			"dimensions[0].type: expected a string, got the number 1",
+			"dimensions[0].index: expected a number, got a string",
+			"dimensions[1].index: expected an integer, got the number 1.5",
 			"on_missing: expected one of: skip, placeholder",
-			"placeholder: expected a string",
+			"placeholder: expected a string, got a list",
 		}},
 		{"every dimension problem at once", `{"dimensions":[
 			{"type":"header"},
@@ -106,8 +106,8 @@ func TestParseErrors(t *testing.T) {
 			"overrides[1]: You must provide the same number of windows and limits",
 			"overrides[2]: window_size and limit values must be greater than 0",
 			"overrides[3].window_type: expected one of: sliding, fixed",
-			"overrides[3].limit[0]: expected a number",
-			"overrides[4].limit[0]: expected an integer",
+			"overrides[3].limit[0]: expected a number, got a string",
+			"overrides[4].limit[0]: expected an integer, got the number 1.5",
 			"overrides[4].window_size[0]: expected a whole number of milliseconds of at most 100 years",
 			"overrides[5].value: required field missing",
 			"overrides[6]: one of 'values' or 'dimension' and 'value' is required",

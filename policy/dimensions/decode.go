@@ -65,7 +65,7 @@ func (d *decoder) decodeObject(path string, raw json.RawMessage) *object {
 	dec.UseNumber()
 	tok, err := dec.Token()
 	if err != nil || tok != json.Delim('{') {
-		d.add(path, "expected a record")
+		d.add(path, field.Expected(path, field.Object, raw))
 		return nil
 	}
 	o := &object{d: d, path: path, fields: map[string]json.RawMessage{}, used: map[string]bool{}}
@@ -122,7 +122,7 @@ func (o *object) str(name string) (string, bool) {
 	}
 	var s string
 	if json.Unmarshal(v, &s) != nil {
-		o.d.add(join(o.path, name), "expected a string")
+		o.d.add(join(o.path, name), field.Expected(join(o.path, name), field.String, v))
 		return "", false
 	}
 	return s, true
@@ -135,7 +135,7 @@ func (o *object) boolean(name string) (bool, bool) {
 	}
 	var b bool
 	if json.Unmarshal(v, &b) != nil {
-		o.d.add(join(o.path, name), "expected a boolean")
+		o.d.add(join(o.path, name), field.Expected(join(o.path, name), field.Boolean, v))
 		return false, false
 	}
 	return b, true
@@ -152,7 +152,7 @@ func (o *object) number(name string) (float64, bool) {
 func (d *decoder) number(path string, v json.RawMessage) (float64, bool) {
 	var f float64
 	if json.Unmarshal(v, &f) != nil {
-		d.add(path, "expected a number")
+		d.add(path, field.Expected(path, field.Number, v))
 		return 0, false
 	}
 	return f, true
@@ -164,7 +164,7 @@ func (o *object) integer(name string) (int, bool) {
 		return 0, false
 	}
 	if f != float64(int(f)) || f > 1<<31 || f < -(1<<31) {
-		o.d.add(join(o.path, name), "expected an integer")
+		o.d.add(join(o.path, name), field.Expected(join(o.path, name), field.Integer, f))
 		return 0, false
 	}
 	return int(f), true
@@ -177,7 +177,7 @@ func (o *object) array(name string) ([]json.RawMessage, bool) {
 	}
 	var a []json.RawMessage
 	if json.Unmarshal(v, &a) != nil {
-		o.d.add(join(o.path, name), "expected an array")
+		o.d.add(join(o.path, name), field.Expected(join(o.path, name), field.List, v))
 		return nil, false
 	}
 	return a, true
@@ -201,7 +201,7 @@ func (o *object) strings(name string) ([]string, bool) {
 	for i, v := range a {
 		var s string
 		if json.Unmarshal(v, &s) != nil {
-			o.d.add(index(join(o.path, name), i), "expected a string")
+			o.d.add(index(join(o.path, name), i), field.Expected(index(join(o.path, name), i), field.String, v))
 			continue
 		}
 		out = append(out, s)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/seed-008287da/sluice/internal/kongname"
 	"github.com/seed-008287da/sluice/ratelimit"
+
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // A Quota is the set of limits an override puts in place of the
@@ -289,7 +291,7 @@ func (d *decoder) quota(o *object) Quota {
 			continue
 		}
 		if limits[i] != math.Trunc(limits[i]) || limits[i] > 1<<53 {
-			d.add(index(join(o.path, "limit"), i), "expected an integer")
+			d.add(index(join(o.path, "limit"), i), field.Expected(index(join(o.path, "limit"), i), field.Integer, limits[i]))
 			bad = true
 		}
 		ms := windows[i] * 1000

@@ -7,6 +7,7 @@ package field
 
 import (
 	"bytes"
+	"encoding"
 	"encoding/json"
 	"errors"
 	"io"
@@ -69,8 +70,9 @@ func Of(err error) ([]Error, bool) {
 
 // Decode decodes the JSON config data into dst strictly (an unknown field
 // is an error) and describes a problem as JSON does, at path; the error
-// is an Error. An unknown field is named by its full path
-// ("config.replace.path"), however deep in records and lists it is.
+// is an Error. The field of an unknown name or of a value of the wrong
+// kind is named by its full path, list indexes included
+// ("config.items[2].headers"), however deep in objects and lists it is.
 func Decode(path string, data []byte, dst any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -82,10 +84,10 @@ func Decode(path string, data []byte, dst any) error {
 	if errors.As(err, &te) && te.Field != "" {
 		te.Field = withoutEmbedded(reflect.TypeOf(dst), te.Field)
 	}
-	fe := JSON(path, err)
-	if fe.Message == "unknown field" {
-		if p, ok := unknownField(path, data, reflect.TypeOf(dst)); ok && lastName(p) == lastName(fe.Path) {
-			fe.Path = p
+	fe := jsonError(path, err)
+	if te != nil || fe.Message == "unknown field" {
+		if p, ok := firstProblem(path, data, reflect.TypeOf(dst)); ok && p.fits(fe, te) {
+			return p.Error
 		}
 	}
 	return fe
@@ -114,33 +116,74 @@ func withoutEmbedded(t reflect.Type, path string) string {
 	return strings.Join(out, ".")
 }
 
+// A problem is the first field of a document, in document order, that a
+// Go value cannot hold: an unknown name or a value of the wrong kind.
+type problem struct {
+	Error
+	unknown bool
+}
+
+// fits reports whether p is the problem encoding/json reported as fe (te
+// when it is a type error): the same kind of problem at the same field,
+// encoding/json's path lacking only the indexes.
+func (p problem) fits(fe Error, te *json.UnmarshalTypeError) bool {
+	if p.unknown {
+		return te == nil && lastName(p.Path) == lastName(fe.Path)
+	}
+	return te != nil && withoutIndexes(p.Path) == withoutIndexes(fe.Path)
+}
+
 // lastName is the last field name of path.
 func lastName(path string) string {
 	return path[strings.LastIndexByte(path, '.')+1:]
 }
 
-// unknownField returns the path of the first field in data, in document
-// order, that a value of type t has no field for, as encoding/json finds
-// it; false when there is none or a value decodes itself.
-func unknownField(path string, data []byte, t reflect.Type) (string, bool) {
+// withoutIndexes drops the list indexes of path ("a[2].b[0]" is "a.b").
+func withoutIndexes(path string) string {
+	var b strings.Builder
+	depth := 0
+	for _, c := range path {
+		switch {
+		case c == '[':
+			depth++
+		case c == ']':
+			depth--
+		case depth == 0:
+			b.WriteRune(c)
+		}
+	}
+	return b.String()
+}
+
+// firstProblem returns the first field in data, in document order, that
+// a value of type t has no field for or cannot hold, as encoding/json
+// finds it; false when there is none or a value decodes itself.
+func firstProblem(path string, data []byte, t reflect.Type) (problem, bool) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
 	if t.Implements(unmarshaler) || reflect.PointerTo(t).Implements(unmarshaler) {
-		return "", false
+		return problem{}, false
+	}
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || string(data) == "null" || t.Kind() == reflect.Interface {
+		return problem{}, false
+	}
+	if !holds(t, data) {
+		return problem{Error: Error{Path: path, Message: Expected(path, KindOf(t), json.RawMessage(data))}}, true
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
-	open, err := dec.Token()
-	if err != nil {
-		return "", false
-	}
-	switch {
-	case open == json.Delim('{') && (t.Kind() == reflect.Struct || t.Kind() == reflect.Map):
+	switch data[0] {
+	case '{':
+		if t.Kind() != reflect.Struct && t.Kind() != reflect.Map {
+			return problem{}, false
+		}
+		dec.Token()
 		for dec.More() {
 			k, err := dec.Token()
 			var v json.RawMessage
 			if err != nil || dec.Decode(&v) != nil {
-				return "", false
+				return problem{}, false
 			}
 			key, _ := k.(string)
 			var ft reflect.Type
@@ -149,25 +192,66 @@ func unknownField(path string, data []byte, t reflect.Type) (string, bool) {
 			} else if f, ok := structField(t, key); ok {
 				ft = f.Type
 			} else {
-				return join(path, key), true
+				return problem{Error: Error{Path: join(path, key), Message: "unknown field"}, unknown: true}, true
 			}
-			if p, ok := unknownField(join(path, key), v, ft); ok {
+			if p, ok := firstProblem(join(path, key), v, ft); ok {
 				return p, true
 			}
 		}
-	case open == json.Delim('[') && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array):
+	case '[':
+		if t.Kind() != reflect.Slice && t.Kind() != reflect.Array {
+			return problem{}, false
+		}
+		dec.Token()
 		for i := 0; dec.More(); i++ {
 			var v json.RawMessage
 			if dec.Decode(&v) != nil {
-				return "", false
+				return problem{}, false
 			}
-			if p, ok := unknownField(path+"["+strconv.Itoa(i)+"]", v, t.Elem()); ok {
+			if p, ok := firstProblem(path+"["+strconv.Itoa(i)+"]", v, t.Elem()); ok {
 				return p, true
 			}
 		}
 	}
-	return "", false
+	return problem{}, false
 }
+
+// holds reports whether encoding/json decodes the JSON value raw (not
+// null) into a value of type t (not an interface) without a type error.
+func holds(t reflect.Type, raw []byte) bool {
+	if t.Implements(textUnmarshaler) || reflect.PointerTo(t).Implements(textUnmarshaler) {
+		if raw[0] == '"' {
+			return true
+		}
+	}
+	switch raw[0] {
+	case '{':
+		return t.Kind() == reflect.Struct || t.Kind() == reflect.Map
+	case '[':
+		return t.Kind() == reflect.Slice || t.Kind() == reflect.Array
+	case '"':
+		return t.Kind() == reflect.String || t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8
+	case 't', 'f':
+		return t.Kind() == reflect.Bool
+	}
+	s := string(raw)
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		_, err := strconv.ParseInt(s, 10, t.Bits())
+		return err == nil
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		_, err := strconv.ParseUint(s, 10, t.Bits())
+		return err == nil
+	case reflect.Float32, reflect.Float64:
+		_, err := strconv.ParseFloat(s, t.Bits())
+		return err == nil
+	case reflect.String:
+		return t == reflect.TypeFor[json.Number]()
+	}
+	return false
+}
+
+var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
 
 var unmarshaler = reflect.TypeFor[json.Unmarshaler]()
 
@@ -216,21 +300,17 @@ func structField(t reflect.Type, key string) (reflect.StructField, bool) {
 	return fold, found
 }
 
-// JSON describes an error of encoding/json decoding a config into Go
-// values, at path (joined with the field the error names), in the user's
-// words: "expected a list of strings, got an object", never Go's
-// "[]string". encoding/json does not say where an unknown field is, so
-// JSON names it just below path; Decode names it by its full path.
-func JSON(path string, err error) Error {
+// jsonError describes an error of encoding/json decoding a config into
+// Go values, at path (joined with the field the error names), in the
+// user's words. encoding/json does not say where an unknown field is,
+// nor a wrong value's list index: Decode finds them.
+func jsonError(path string, err error) Error {
 	var te *json.UnmarshalTypeError
 	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &te):
-		p, got := join(path, te.Field), te.Value
-		if IsSecretPath(p) && strings.HasPrefix(got, "number ") {
-			got = "number" // a secret's value is never quoted
-		}
-		return Error{Path: p, Message: "expected " + Kind(te.Type) + ", got " + jsonValue(got)}
+		p := join(path, te.Field)
+		return Error{Path: p, Message: "expected " + string(KindOf(te.Type)) + ", got " + jsonValue(p, te.Value)}
 	case errors.As(err, &se) && se.Error() != "unexpected end of JSON input":
 		return Error{Path: path, Message: "invalid JSON at byte " + strconv.FormatInt(se.Offset, 10)}
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
@@ -253,7 +333,7 @@ func join(path, name string) string {
 }
 
 // jsonValue names a JSON value kind as encoding/json reports it.
-func jsonValue(v string) string {
+func jsonValue(path, v string) string {
 	switch {
 	case v == "object":
 		return "an object"
@@ -262,51 +342,11 @@ func jsonValue(v string) string {
 	case v == "string":
 		return "a string"
 	case v == "bool":
-		return "a boolean"
-	case v == "null":
-		return "null"
-	case v == "number" || strings.HasPrefix(v, "number "):
-		if n := strings.TrimPrefix(v, "number "); n != v {
-			return "the number " + n
-		}
+		return "true or false"
+	case v == "number":
 		return "a number"
+	case strings.HasPrefix(v, "number "):
+		return number(path, strings.TrimPrefix(v, "number "))
 	}
 	return v
-}
-
-// Kind names what a config field of Go type t holds, as its user writes
-// it: "a string", "an integer", "a list of strings", "an object".
-func Kind(t reflect.Type) string {
-	if t == nil {
-		return "a value"
-	}
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch t.Kind() {
-	case reflect.Bool:
-		return "a boolean"
-	case reflect.String:
-		return "a string"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		return "an integer"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.Slice, reflect.Array:
-		return "a list of " + plural(Kind(t.Elem()))
-	case reflect.Map, reflect.Struct:
-		return "an object"
-	}
-	return "a value"
-}
-
-// plural turns "a string" into "strings", "a list of strings" into "lists
-// of strings".
-func plural(k string) string {
-	k = strings.TrimPrefix(strings.TrimPrefix(k, "a "), "an ")
-	if rest, ok := strings.CutPrefix(k, "list of "); ok {
-		return "lists of " + rest
-	}
-	return k + "s"
 }

@@ -18,21 +18,22 @@ func TestJSONMessages(t *testing.T) {
 	}
 	for _, tc := range []struct{ in, want string }{
 		{`{"names":{}}`, "config.names: expected a list of strings, got an object"},
-		{`{"hide":[]}`, "config.hide: expected a boolean, got a list"},
+		{`{"hide":[]}`, "config.hide: expected true or false, got a list"},
 		{`{"n":1.5}`, "config.n: expected an integer, got the number 1.5"},
 		{`{"n":"1"}`, "config.n: expected an integer, got a string"},
-		{`{"m":true}`, "config.m: expected an object, got a boolean"},
-		{`{"grid":[1]}`, "config.grid: expected a list of integers, got a number"},
+		{`{"m":true}`, "config.m: expected an object, got true"},
+		{`{"grid":[[1],1]}`, "config.grid[1]: expected a list of integers, got the number 1"},
+		{`{"names":["a",false]}`, "config.names[1]: expected a string, got false"},
 		{`{"names":`, "config: invalid JSON: unexpected end"},
 		{`{"names":]`, "config: invalid JSON at byte 10"},
 		{`[]`, "config: expected an object, got a list"},
 	} {
 		var c conf
-		err := json.Unmarshal([]byte(tc.in), &c)
+		err := Decode("config", []byte(tc.in), &c)
 		if err == nil {
 			t.Fatalf("%s: no error", tc.in)
 		}
-		if got := JSON("config", err).String(); got != tc.want {
+		if got := err.Error(); got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.in, got, tc.want)
 		}
 	}
@@ -44,12 +45,13 @@ func TestKind(t *testing.T) {
 		want string
 	}{
 		{[][]int{}, "a list of lists of integers"},
-		{(*bool)(nil), "a boolean"},
+		{(*bool)(nil), "true or false"},
+		{[]bool{}, "a list of true or false values"},
 		{[]float64{}, "a list of numbers"},
 		{struct{}{}, "an object"},
 	} {
-		if got := Kind(reflect.TypeOf(tc.v)); got != tc.want {
-			t.Errorf("Kind(%T) = %q, want %q", tc.v, got, tc.want)
+		if got := KindOf(reflect.TypeOf(tc.v)); string(got) != tc.want {
+			t.Errorf("KindOf(%T) = %q, want %q", tc.v, got, tc.want)
 		}
 	}
 }

@@ -49,13 +49,16 @@ func TestJSONHidesSecretNumber(t *testing.T) {
 		} `json:"redis"`
 		Limit int `json:"limit"`
 	}
-	err := json.Unmarshal([]byte(`{"redis":{"password":91827.3645}}`), &v)
-	fe := JSON("config", err)
-	if fe.Path != "config.redis.password" || strings.Contains(fe.Message, "91827.3645") || fe.Message != "expected an integer, got a number" {
-		t.Errorf("secret: %v", fe)
-	}
-	err = json.Unmarshal([]byte(`{"limit":5.5}`), &v)
-	if fe := JSON("config", err); fe.Message != "expected an integer, got the number 5.5" {
-		t.Errorf("not a secret: %v", fe)
+	for _, decode := range []func(data string) Error{
+		func(data string) Error { return Decode("config", []byte(data), &v).(Error) },
+		func(data string) Error { return jsonError("config", json.Unmarshal([]byte(data), &v)) },
+	} {
+		fe := decode(`{"redis":{"password":91827.3645}}`)
+		if fe.Path != "config.redis.password" || strings.Contains(fe.Message, "91827.3645") || fe.Message != "expected an integer, got a number" {
+			t.Errorf("secret: %v", fe)
+		}
+		if fe := decode(`{"limit":5.5}`); fe.Message != "expected an integer, got the number 5.5" {
+			t.Errorf("not a secret: %v", fe)
+		}
 	}
 }

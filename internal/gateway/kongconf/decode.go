@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/seed-008287da/sluice/policy/field"
 )
@@ -41,30 +40,10 @@ func index(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]
 func asObj(v any, path string, errs *errList) *obj {
 	m, ok := v.(map[string]any)
 	if !ok {
-		errs.add(path, "expected a mapping, got %s", typeName(v))
+		errs.add(path, "%s", field.Expected(path, field.Object, v))
 		return nil
 	}
 	return &obj{path: path, m: m, seen: make(map[string]bool, len(m)), errs: errs}
-}
-
-func typeName(v any) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case map[string]any:
-		return "a mapping"
-	case []any:
-		return "a list"
-	case string:
-		return "a string"
-	case bool:
-		return "a boolean"
-	case int, int64, uint64, float64:
-		return "a number"
-	case time.Time:
-		return "a timestamp"
-	}
-	return "a value of another kind"
 }
 
 func (o *obj) field(name string) string { return join(o.path, name) }
@@ -104,7 +83,7 @@ func (o *obj) str(name string) string {
 	}
 	s, ok := v.(string)
 	if !ok {
-		o.errs.add(o.field(name), "expected a string, got %s", typeName(v))
+		o.errs.add(o.field(name), "%s", field.Expected(o.field(name), field.String, v))
 		return ""
 	}
 	return s
@@ -117,7 +96,7 @@ func (o *obj) boolean(name string, def bool) bool {
 	}
 	b, ok := v.(bool)
 	if !ok {
-		o.errs.add(o.field(name), "expected a boolean, got %s", typeName(v))
+		o.errs.add(o.field(name), "%s", field.Expected(o.field(name), field.Boolean, v))
 		return def
 	}
 	return b
@@ -131,7 +110,7 @@ func (o *obj) integer(name string, def, lo, hi int64) int64 {
 	}
 	n, ok := toInt(v)
 	if !ok {
-		o.errs.add(o.field(name), "expected an integer, got %s", typeName(v))
+		o.errs.add(o.field(name), "%s", field.Expected(o.field(name), field.Integer, v))
 		return def
 	}
 	if n < lo || n > hi {
@@ -168,7 +147,7 @@ func (o *obj) list(name string) []any {
 	}
 	l, ok := v.([]any)
 	if !ok {
-		o.errs.add(o.field(name), "expected a list, got %s", typeName(v))
+		o.errs.add(o.field(name), "%s", field.Expected(o.field(name), field.List, v))
 		return nil
 	}
 	return l
@@ -183,7 +162,7 @@ func (o *obj) strList(name string) []string {
 	for i, v := range l {
 		s, ok := v.(string)
 		if !ok {
-			o.errs.add(index(o.field(name), i), "expected a string, got %s", typeName(v))
+			o.errs.add(index(o.field(name), i), "%s", field.Expected(index(o.field(name), i), field.String, v))
 			continue
 		}
 		out = append(out, s)
@@ -198,7 +177,7 @@ func (o *obj) raw(name string) json.RawMessage {
 		return nil
 	}
 	if _, ok := v.(map[string]any); !ok {
-		o.errs.add(o.field(name), "expected a mapping, got %s", typeName(v))
+		o.errs.add(o.field(name), "%s", field.Expected(o.field(name), field.Object, v))
 		return nil
 	}
 	v = normalize(v)
@@ -222,10 +201,10 @@ func (o *obj) finite(v any, path string) bool {
 		switch {
 		case !isFloat:
 		case math.IsNaN(f):
-			o.errs.add(path, "expected a number, got .nan (not a number)")
+			o.errs.add(path, "%s", field.Expected(path, field.Number, f))
 			ok = false
 		case math.IsInf(f, 0):
-			o.errs.add(path, "expected a number, got an infinity")
+			o.errs.add(path, "%s", field.Expected(path, field.Number, f))
 			ok = false
 		}
 	})
@@ -306,7 +285,7 @@ func (o *obj) ref(name string) string {
 		}
 		return s
 	}
-	o.errs.add(o.field(name), "expected a name, an id or a mapping, got %s", typeName(v))
+	o.errs.add(o.field(name), "%s", field.Expected(o.field(name), "a name, an id or an object", v))
 	return ""
 }
 

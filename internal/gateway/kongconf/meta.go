@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // Info is what a file says about itself: decK's _info and Kong's
@@ -82,7 +84,7 @@ func (p *parser) meta(root *obj) {
 						}
 						d, isMap := dv.(map[string]any)
 						if !isMap {
-							p.errs.add(do.field(kind), "expected a mapping, got %s", typeName(dv))
+							p.errs.add(do.field(kind), "%s", field.Expected(do.field(kind), field.Object, dv))
 							continue
 						}
 						for _, at := range deckDefaults[kind] {

@@ -370,7 +370,7 @@ func (p *parser) route(v any, path string, svc *Service) {
 		hp := o.field("headers")
 		hm, isMap := hv.(map[string]any)
 		if !isMap {
-			p.errs.add(hp, "expected a mapping of header names to lists of values, got %s", typeName(hv))
+			p.errs.add(hp, "%s", field.Expected(hp, "an object of header names to lists of values", hv))
 		}
 		names := make([]string, 0, len(hm))
 		for name := range hm {
@@ -393,7 +393,7 @@ func (p *parser) route(v any, path string, svc *Service) {
 				sv, ok := v.(string)
 				switch {
 				case !ok:
-					p.errs.add(index(np, i), "expected a string, got %s", typeName(v))
+					p.errs.add(index(np, i), "%s", field.Expected(index(np, i), field.String, v))
 				case strings.HasPrefix(sv, "~*"):
 					if _, err := regexp.Compile(strings.ToLower(sv[2:])); err != nil {
 						p.errs.add(index(np, i), "invalid regex %q: %v", sv[2:], err)

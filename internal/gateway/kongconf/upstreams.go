@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // An Upstream is a load-balanced set of Targets. A Service whose host is
@@ -259,7 +261,7 @@ func seconds(o *obj, name string, def float64) time.Duration {
 	}
 	f, isNum := toFloat(v)
 	if !isNum {
-		o.errs.add(o.field(name), "expected a number, got %s", typeName(v))
+		o.errs.add(o.field(name), "%s", field.Expected(o.field(name), field.Number, v))
 		return time.Duration(def * float64(time.Second))
 	}
 	if f < 0 || f > 65535 {
@@ -284,7 +286,7 @@ func statuses(o *obj, name string, def []int) []int {
 	}
 	l, isList := v.([]any)
 	if !isList {
-		o.errs.add(o.field(name), "expected a list, got %s", typeName(v))
+		o.errs.add(o.field(name), "%s", field.Expected(o.field(name), field.List, v))
 		return def
 	}
 	out := []int{}
@@ -320,7 +322,7 @@ func (p *parser) healthchecks(o *obj) Healthchecks {
 		f, isNum := toFloat(v)
 		switch {
 		case !isNum:
-			p.errs.add(o.field("threshold"), "expected a number, got %s", typeName(v))
+			p.errs.add(o.field("threshold"), "%s", field.Expected(o.field("threshold"), field.Number, v))
 		case f < 0 || f > 100:
 			p.errs.add(o.field("threshold"), "value should be between 0 and 100")
 		default:
@@ -345,18 +347,18 @@ func (p *parser) healthchecks(o *obj) Healthchecks {
 	if hv, ok := a.get("headers"); ok {
 		hm, isMap := hv.(map[string]any)
 		if !isMap {
-			p.errs.add(a.field("headers"), "expected a mapping of header names to lists of values, got %s", typeName(hv))
+			p.errs.add(a.field("headers"), "%s", field.Expected(a.field("headers"), "an object of header names to lists of values", hv))
 		}
 		for name, vals := range hm {
 			l, isList := vals.([]any)
 			if !isList {
-				p.errs.add(join(a.field("headers"), name), "expected a list of strings")
+				p.errs.add(join(a.field("headers"), name), "%s", field.Expected(join(a.field("headers"), name), field.ListOf(field.String), vals))
 				continue
 			}
 			for i, x := range l {
 				s, isStr := x.(string)
 				if !isStr {
-					p.errs.add(index(join(a.field("headers"), name), i), "expected a string, got %s", typeName(x))
+					p.errs.add(index(join(a.field("headers"), name), i), "%s", field.Expected(index(join(a.field("headers"), name), i), field.String, x))
 					continue
 				}
 				if h.Active.Headers == nil {
