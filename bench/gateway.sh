@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gateway.sh: load runs of the HTTP data plane (issue 5), all on loopback.
+# gateway.sh: load runs of the HTTP data plane (docs/benchmarks.md, Gateway), all on loopback.
 #
 # One round runs, against one upstream (nginx `return 200`):
 #   nginx-proxy        nginx proxy_pass alone (keep-alive upstream)
@@ -34,7 +34,7 @@
 #        PERF (a directory: record `perf record -g` of sluice during each
 #        closed-loop run there, as <scenario>.<round>.data; read it with
 #        `perf report -i FILE` and a SLUICE binary that still exists).
-# Output: tables of medians over the rounds and the ratios issue 5 asks for;
+# Output: tables of medians over the rounds and the ratios docs/benchmarks.md tracks;
 # each sluice closed-loop line also gives the CPU time the sluice and
 # redis-server processes spent per request (/proc/<pid>/stat), and with
 # Redis the commands it ran per request (INFO commandstats).
@@ -388,7 +388,7 @@ for s in "${SEL[@]}"; do
   printf '| %-20s | %10.0f | %9.0f | %9.0f | %13s |\n' "$s" "${RPS[$s]}" "${P50[$s]}" "${P99[$s]}" "$(ratio "$s" nginx-proxy)"
 done
 echo
-echo "ratios (issue 5 targets):"
+echo "ratios (the targets in docs/benchmarks.md):"
 echo "  sluice-rla-mem / sluice-proxy        = $(ratio sluice-rla-mem sluice-proxy)   (target >= 0.95)"
 echo "  sluice-rla-mem / nginx-limit-100k    = $(ratio sluice-rla-mem nginx-limit-100k)   (target >= 0.6, stretch 0.8)"
 echo "  sluice-rla-mem-1 / nginx-limit-1     = $(ratio sluice-rla-mem-1 nginx-limit-1)   (one key each)"

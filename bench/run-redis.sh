@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run-redis.sh: the Redis comparison of issue 3: peers and sluice's Redis
+# run-redis.sh: the Redis comparison (docs/benchmarks.md, Redis): peers and sluice's Redis
 # store against one redis-server that the benchmark starts on a free
 # loopback port, at 1, 16, 64 and 256 closed-loop callers, 10k keys.
 #

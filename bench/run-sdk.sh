@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run-sdk.sh: the in-process comparison of issue 2, peers and sluice in one
+# run-sdk.sh: the in-process comparison (docs/benchmarks.md, In process), peers and sluice in one
 # run, same key distributions, limits never reached.
 #
 # Usage: bench/run-sdk.sh   (COUNT=5 KEYS_COUNT=3 MEM_COUNT=2 BENCHTIME=1s OUT=/tmp/sluice-bench-sdk)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tls.sh: TLS HTTP/1.1 and HTTP/2 throughput of the proxy beside nginx
-# (issue 15), all on loopback, against one upstream (nginx `return 200`
+# (docs/benchmarks.md, TLS and HTTP/2), all on loopback, against one upstream (nginx `return 200`
 # over plain HTTP with keep-alive).
 #
 # Servers, each on its own port, started once and warmed up:

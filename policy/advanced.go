@@ -437,8 +437,9 @@ func (a *Advanced) result(res *Result, p *plan, d *ratelimit.Decision, now time.
 
 // updatePins applies Kong's pin rule to every window: a sliding
 // window whose rate is above its limit pins the start of the window in
-// which it first was (per namespace, key and window size, the spec's
-// recommendation; Kong pins per window size for the whole node), any other
+// which it first was (per namespace, key and window size, a deviation
+// listed in docs/kong-compatibility.md; Kong pins per window size for the
+// whole node), any other
 // evaluation deletes the pin. It returns the start of window rep to use for
 // its reset: the pinned one, or the current window's.
 func (a *Advanced) updatePins(p *plan, key string, d *ratelimit.Decision, rep int, now time.Time) int64 {

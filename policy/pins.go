@@ -7,8 +7,8 @@ import (
 
 // pinTable holds the window starts pinned by the reset rule of sliding
 // windows. Kong keeps one pin per window size for the whole
-// node; sluice keeps one per (namespace, key, window size), the spec's
-// recommendation: the same result for one client, and one client's
+// node; sluice keeps one per (namespace, key, window size), as
+// docs/kong-compatibility.md lists: the same result for one client, and one client's
 // overload does not move another's reset.
 //
 // A pin idle for two windows can never be read again (the next request for

@@ -16,7 +16,8 @@ const waitingRoomPrefix = "\x00waiting-room\x00"
 
 // wait runs a denied request through the waiting room. The
 // behaviour of Kong 3.12+ is documented but its code is not public; the
-// parts marked "inferred" follow the spec's recommended design.
+// parts marked "inferred" are sluice's design, described in
+// docs/kong-compatibility.md (Throttling).
 //
 // It returns the decision that ends the wait (the first allowing retry, or
 // the last denial), the time of that decision and the number of retries.

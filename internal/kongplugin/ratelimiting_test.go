@@ -15,7 +15,7 @@ import (
 	"github.com/seed-008287da/sluice/internal/kongplugin/kongtest"
 )
 
-// The spec's worked example (limits 3/5 s and 5/10 s, fixed windows),
+// A worked example (limits 3/5 s and 5/10 s, fixed windows),
 // through the PDK: headers in one SetHeaders call on allowed requests, one
 // Exit with status, body and headers on rejected ones, and two PDK round
 // trips per request for a consumer-identified, authenticated request.
