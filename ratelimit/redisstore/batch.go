@@ -2,16 +2,15 @@ package redisstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
 	"github.com/seed-008287da/sluice/ratelimit"
-	"github.com/seed-008287da/sluice/ratelimit/storekit"
 )
 
 // Batching. Concurrent synchronous decisions are gathered into one
@@ -25,6 +24,14 @@ import (
 // per-call cost (command dispatch, TIME) is then paid once per batch
 // instead of once per decision, and every batch is one write to the socket
 // instead of one per caller.
+
+// batching is the state of synchronous decisions: the calls waiting for
+// a batcher (nil with MaxBatch 1, or in another mode) and the calls and
+// batches out.
+type batching struct {
+	queue    chan *takeCall
+	inflight atomic.Int64
+}
 
 // takeCall is one request waiting for a batch: a take.lua request, or with
 // plain set the plain commands of a request of window limits.
@@ -112,7 +119,7 @@ type takeResult struct {
 // saves the hand-off to a batcher), else through a batcher, and waits for
 // its answer. answered reports whether c may be freed: a call whose caller
 // gave up may still be answered by a batcher.
-func (s *Store) submit(ctx context.Context, c *takeCall) (res takeResult, answered bool) {
+func (s *syncMode) submit(ctx context.Context, c *takeCall) (res takeResult, answered bool) {
 	// The compare-and-swap lets one caller, not every caller that looked
 	// at the same moment, take the direct path.
 	direct := s.batch.queue == nil
@@ -148,7 +155,7 @@ func (s *Store) submit(ctx context.Context, c *takeCall) (res takeResult, answer
 }
 
 // batcher runs batches until Close.
-func (s *Store) batcher() {
+func (s *syncMode) batcher() {
 	defer s.wg.Done()
 	batch := make([]*takeCall, 0, s.opts.MaxBatch)
 	for {
@@ -184,7 +191,7 @@ type plainOp struct {
 // runBatch sends, in one pipeline, one take.lua call per slot of the
 // script requests of batch and the plain commands of the others, and hands
 // every request its share of the replies.
-func (s *Store) runBatch(batch []*takeCall) {
+func (s *syncMode) runBatch(batch []*takeCall) {
 	if State(s.br.state.Load()) == StateFallback {
 		// Redis failed while these waited: they go local at once
 		// instead of each waiting for a dead server.
@@ -348,24 +355,6 @@ func replyLen(g []*takeCall) int {
 	return n
 }
 
-// record feeds the breaker with the outcome of one round trip. A call the
-// caller cancelled says nothing about Redis.
-func (s *Store) record(now time.Time, err error) {
-	if err == nil {
-		s.br.success()
-		return
-	}
-	if errors.Is(err, context.Canceled) {
-		return
-	}
-	s.redisErrors.Add(1)
-	if isUnavailable(err) {
-		s.br.failure(now, s.c.fault(err))
-	} else {
-		s.br.success() // Redis answered
-	}
-}
-
 // slot returns the Redis Cluster slot of key: CRC16 (XMODEM) of its hash
 // tag, or of the whole key without one, modulo 16384.
 func slot(key string) uint16 {
@@ -395,37 +384,4 @@ func indexByte(s string, b byte) int {
 		}
 	}
 	return -1
-}
-
-// decodeTake turns one request's share of a take.lua reply into a
-// decision, replaying storekit.Apply on the counters the script read.
-func (s *Store) decodeTake(r *ratelimit.Request, vals []rueidis.RedisMessage) (ratelimit.Decision, error) {
-	n := len(r.Limits)
-	if len(vals) != 2+3*n {
-		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua returned %d values, want %d", ErrBadReply, len(vals), 2+3*n)
-	}
-	if vals[0].IsString() {
-		msg, _ := vals[0].ToString()
-		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua: %s", ErrBadReply, msg)
-	}
-	var intBuf [2 + 3*4]int64
-	ints, err := appendInt64s(intBuf[:0], vals)
-	if err != nil {
-		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua: %w", ErrBadReply, err)
-	}
-	var buf [4]storekit.Counter
-	cs := buf[:0]
-	for i := range n {
-		cs = append(cs, storekit.Counter{Start: ints[2+3*i], Cur: ints[3+3*i], Prev: ints[4+3*i]})
-	}
-	rr := *r
-	if !s.opts.CallerClock {
-		rr.Now = time.UnixMicro(ints[1])
-	}
-	d := storekit.Apply(&rr, cs)
-	if d.Allowed != (ints[0] == 1) {
-		return ratelimit.Decision{}, fmt.Errorf("%w: take.lua decided allowed=%v but storekit.Apply %v for %q", ErrBadReply, ints[0] == 1, d.Allowed, r.Key)
-	}
-	s.local.put(r, cs, nil, nil)
-	return d, nil
 }

@@ -19,6 +19,51 @@ import (
 // is counted, a denied one too (Request.Penalty is implied), so nothing
 // is ever taken back. A check (Request.Peek) reads the count with GET.
 
+// envoyMode is the mode of Options.EnvoyLayout, synchronous: every
+// decision in Redis (takeEnvoy). Its goroutine is the loop that drops
+// expired local counters.
+type envoyMode struct {
+	*Store
+	loop *loop
+}
+
+func newEnvoyMode(st *Store) *envoyMode {
+	return &envoyMode{Store: st, loop: st.every(sweepInterval, st.sweep)}
+}
+
+func (s *envoyMode) take(ctx context.Context, r *ratelimit.Request, _ func(*ratelimit.Request) bool) (ratelimit.Decision, error) {
+	if !s.br.allow(r.Now) {
+		return s.refused(r)
+	}
+	d, err := s.takeEnvoy(ctx, r)
+	if err != nil {
+		return s.failed(r, err)
+	}
+	return d, nil
+}
+
+func (s *envoyMode) read(ctx context.Context, r *ratelimit.Request) ([]storekit.Counter, time.Time, error) {
+	if !s.br.allow(r.Now) {
+		return s.local.counters(r), r.Now, nil
+	}
+	cs, err := s.readEnvoy(ctx, r)
+	return s.readResult(r, cs, r.Now, err)
+}
+
+func (s *envoyMode) reset(ctx context.Context, r *ratelimit.Request) error {
+	return s.del(ctx, r.Now, func(rc rueidis.Client) (rueidis.Commands, error) {
+		if err := checkEnvoy(r.Limits); err != nil {
+			return nil, err
+		}
+		key, _ := envoyWindow(r)
+		return rueidis.Commands{rc.B().Del().Key(key).Build()}, nil
+	})
+}
+
+func (s *envoyMode) sync(ctx context.Context, now time.Time) error { return s.sweep(ctx, now) }
+
+func (s *envoyMode) close() { s.loop.close() }
+
 // checkEnvoy reports limits the layout cannot hold: anything but one fixed
 // window of whole seconds.
 func checkEnvoy(ls []ratelimit.Limit) error {
@@ -39,7 +84,7 @@ func envoyWindow(r *ratelimit.Request) (string, int64) {
 
 // takeEnvoy decides r in envoyproxy/ratelimit's layout: one pipeline of
 // INCRBY and EXPIRE, and storekit.Apply over the count before this call.
-func (s *Store) takeEnvoy(ctx context.Context, r *ratelimit.Request) (ratelimit.Decision, error) {
+func (s *envoyMode) takeEnvoy(ctx context.Context, r *ratelimit.Request) (ratelimit.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	rc, err := s.c.conn(ctx)
@@ -73,7 +118,7 @@ func (s *Store) takeEnvoy(ctx context.Context, r *ratelimit.Request) (ratelimit.
 }
 
 // readEnvoy reads the counter of r in envoyproxy/ratelimit's layout.
-func (s *Store) readEnvoy(ctx context.Context, r *ratelimit.Request) ([]storekit.Counter, error) {
+func (s *envoyMode) readEnvoy(ctx context.Context, r *ratelimit.Request) ([]storekit.Counter, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	rc, err := s.c.conn(ctx)

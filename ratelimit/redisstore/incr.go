@@ -3,7 +3,6 @@ package redisstore
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -60,29 +59,11 @@ func allWindows(r *ratelimit.Request) bool {
 // ahead must not expire a previous window that the others still read.
 const windowSlack = time.Second
 
-// windowKeys returns the keys of the window of counter (key, id) starting
-// at start and, when prev is set, of the window before it, built in one
-// allocation.
-func (s *Store) windowKeys(key string, id uint64, start, w int64, prev bool) (string, string) {
-	var buf [160]byte
-	b := s.appendCounterKey(buf[:0], key, id)
-	n := len(b)
-	b = strconv.AppendInt(append(b, ':'), start, 10)
-	if !prev {
-		return string(b), ""
-	}
-	cur := len(b)
-	b = append(b, b[:n]...)
-	b = strconv.AppendInt(append(b, ':'), start-w, 10)
-	both := string(b)
-	return both[:cur], both[cur:]
-}
-
 // takeIncr decides r, whose limits are all windows, with plain commands,
 // in a batch with other concurrent decisions. Limits that share a counter
 // (a fixed and a sliding limit of one window, as in Kong) share its keys
 // and are counted once, as in every other store.
-func (s *Store) takeIncr(ctx context.Context, r *ratelimit.Request) (ratelimit.Decision, error) {
+func (s *syncMode) takeIncr(ctx context.Context, r *ratelimit.Request) (ratelimit.Decision, error) {
 	nowMs := floorDiv(r.Now.UnixNano(), int64(time.Millisecond))
 	minTTL := int64(0)
 	if s.opts.CallerClock {
@@ -158,7 +139,7 @@ func sharedCounter(ls []ratelimit.Limit, id uint64) int {
 
 // abandon waits for the answer to c, whose caller gave up, and takes back
 // the hits its INCRBYs added.
-func (s *Store) abandon(c *takeCall) {
+func (s *syncMode) abandon(c *takeCall) {
 	var res takeResult
 	select {
 	case res = <-c.done:
@@ -182,7 +163,7 @@ func (s *Store) abandon(c *takeCall) {
 
 // decideIncr decides r from the results of c's commands. cs holds the
 // window starts.
-func (s *Store) decideIncr(ctx context.Context, r *ratelimit.Request, c *takeCall, cs []storekit.Counter, res []rueidis.RedisResult) (ratelimit.Decision, error) {
+func (s *syncMode) decideIncr(ctx context.Context, r *ratelimit.Request, c *takeCall, cs []storekit.Counter, res []rueidis.RedisResult) (ratelimit.Decision, error) {
 	// Read every reply; a counter whose INCRBY landed is remembered so
 	// that a request that fails half way takes its hits back.
 	var curBuf, prevBuf [4]int64
@@ -280,17 +261,10 @@ func prevGrace(w int64) int64 {
 	return min(w/10, time.Second.Milliseconds())
 }
 
-// followUp returns the context of a call that completes a decision (a
-// take-back, a late PEXPIRE): bounded by Timeout, and not cancelled with
-// the caller's, since the decision is already made.
-func (s *Store) followUp(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
-}
-
 // expireLate gives the windows c.ctrs[u].cur with late[u] set their time to
 // live, in one pipeline. A window whose PEXPIRE fails is forgotten as
 // given one, so that the next decision sends it again.
-func (s *Store) expireLate(ctx context.Context, r *ratelimit.Request, c *takeCall, late []bool) {
+func (s *syncMode) expireLate(ctx context.Context, r *ratelimit.Request, c *takeCall, late []bool) {
 	var idxBuf [4]int
 	idx := flagged(idxBuf[:0], late)
 	if len(idx) == 0 {
@@ -326,7 +300,7 @@ func (s *Store) expireLate(ctx context.Context, r *ratelimit.Request, c *takeCal
 // the INCRBY, the DECRBY creates it again and it must still expire. A
 // failure leaves those counts one call too high until their window ends,
 // which can only deny early; it is counted, not returned.
-func (s *Store) undo(ctx context.Context, c *takeCall, take []bool) {
+func (s *syncMode) undo(ctx context.Context, c *takeCall, take []bool) {
 	var idxBuf [4]int
 	idx := flagged(idxBuf[:0], take)
 	if len(idx) == 0 {

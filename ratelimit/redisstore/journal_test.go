@@ -187,8 +187,8 @@ func TestPeriodicLatePushIntoThePreviousWindow(t *testing.T) {
 		step := sweepEvery / time.Duration(len(a.local.shards))
 		pullAt := t1.Add(2*time.Second + step/2) // no shard of a's sweep is due yet
 		if swept {
-			a.cycle.sweep = a.local.shardIndex("k") // the shard a's sweep reads next...
-			pullAt = t1.Add(2*time.Second + step)   // ...and the only one due then
+			a.mode.(*periodicMode).cycle.sweep = a.local.shardIndex("k") // the shard a's sweep reads next...
+			pullAt = t1.Add(2*time.Second + step)                        // ...and the only one due then
 		}
 		syncAt(t, b, t1.Add(2*time.Second+step/4)) // b pushes its 5 late
 		syncAt(t, a, pullAt)

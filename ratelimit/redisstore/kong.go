@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -25,9 +26,94 @@ import (
 // admitted beyond the limit of a fixed window. The window start comes from
 // the node's clock, as in Kong.
 
+// kongMode is the mode of Options.KongLayout, synchronous (SyncRate 0:
+// every decision in Redis, takeKong) or periodic (SyncRate > 0: local
+// counts, and a cycle that pushes them and reads back every counter,
+// syncKong). Its goroutine is the loop that runs the cycles, or drops
+// expired local counters.
+type kongMode struct {
+	*Store
+	mu   sync.Mutex // serializes cycles
+	loop *loop
+}
+
+func newKongMode(st *Store) *kongMode {
+	s := &kongMode{Store: st}
+	if st.opts.SyncRate > 0 {
+		s.loop = st.every(st.opts.SyncRate, s.sync)
+	} else {
+		s.loop = st.every(sweepInterval, st.sweep)
+	}
+	return s
+}
+
+func (s *kongMode) take(ctx context.Context, r *ratelimit.Request, _ func(*ratelimit.Request) bool) (ratelimit.Decision, error) {
+	if err := checkKong(r.Limits); err != nil {
+		return ratelimit.Decision{}, err
+	}
+	if s.opts.SyncRate > 0 {
+		return s.local.take(r, true), nil
+	}
+	if !s.br.allow(r.Now) {
+		return s.refused(r)
+	}
+	d, err := s.takeKong(ctx, r)
+	if err != nil {
+		return s.failed(r, err)
+	}
+	return d, nil
+}
+
+func (s *kongMode) read(ctx context.Context, r *ratelimit.Request) ([]storekit.Counter, time.Time, error) {
+	if s.opts.SyncRate > 0 || !s.br.allow(r.Now) {
+		return s.local.counters(r), r.Now, nil
+	}
+	cs, err := s.readKong(ctx, r)
+	return s.readResult(r, cs, r.Now, err)
+}
+
+func (s *kongMode) reset(ctx context.Context, r *ratelimit.Request) error {
+	return s.del(ctx, r.Now, func(rc rueidis.Client) (rueidis.Commands, error) {
+		if err := checkKong(r.Limits); err != nil {
+			return nil, err
+		}
+		var cmds rueidis.Commands
+		for _, l := range r.Limits {
+			start := windowStart(l, r.Now)
+			w := int64(l.Window / time.Millisecond)
+			cmds = append(cmds,
+				rc.B().Hdel().Key(s.kongHash(start, l.Window)).Field(r.Key).Build(),
+				rc.B().Hdel().Key(s.kongHash(start-w, l.Window)).Field(r.Key).Build())
+		}
+		return cmds, nil
+	})
+}
+
+func (s *kongMode) sync(ctx context.Context, now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.opts.SyncRate <= 0 || !s.br.allow(now) {
+		s.local.sweep(now)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cycleTimeout())
+	defer cancel()
+	if items := s.local.snapshot(now); len(items) > 0 {
+		if err := s.syncKong(ctx, now, items); err != nil {
+			s.record(now, err)
+			return err
+		}
+	}
+	s.br.success()
+	s.synced(now)
+	return nil
+}
+
+func (s *kongMode) close() { s.loop.close() }
+
 // kongHash returns the name of the hash of window w (whole seconds) that
 // contains nowMs.
-func (s *Store) kongHash(startMs int64, w time.Duration) string {
+func (s *kongMode) kongHash(startMs int64, w time.Duration) string {
 	return strconv.FormatInt(startMs/1000, 10) + ":" + strconv.FormatInt(int64(w/time.Second), 10) + ":" + s.opts.Namespace
 }
 
@@ -53,7 +139,7 @@ func windowStart(l ratelimit.Limit, now time.Time) int64 {
 // adds the cost to every window and reads the previous windows back, and
 // the decision is storekit.Apply over the totals. A second pipeline takes
 // the cost back from the windows that must not keep it.
-func (s *Store) takeKong(ctx context.Context, r *ratelimit.Request) (ratelimit.Decision, error) {
+func (s *kongMode) takeKong(ctx context.Context, r *ratelimit.Request) (ratelimit.Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
 	rc, err := s.c.conn(ctx)
@@ -132,7 +218,7 @@ func (s *Store) takeKong(ctx context.Context, r *ratelimit.Request) (ratelimit.D
 // syncKong runs one periodic cycle in Kong's layout: HINCRBY and EXPIRE of
 // every batch of waiting hits, then HGET of the current and previous
 // window of every counter, in one pipeline.
-func (s *Store) syncKong(ctx context.Context, now time.Time, items []syncItem) error {
+func (s *kongMode) syncKong(ctx context.Context, now time.Time, items []syncItem) error {
 	type push struct {
 		hash string
 		key  string
@@ -188,4 +274,42 @@ func (s *Store) syncKong(ctx context.Context, now time.Time, items []syncItem) e
 		s.local.merge(it, storekit.Counter{Start: windowStart(it.lim, now), Cur: v[0], Prev: v[1]}, nowUs, 0)
 	}
 	return nil
+}
+
+// readKong reads the counters of r in Kong's layout.
+func (s *kongMode) readKong(ctx context.Context, r *ratelimit.Request) ([]storekit.Counter, error) {
+	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	defer cancel()
+	rc, err := s.c.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n := len(r.Limits)
+	starts := make([]int64, n)
+	res, trips := doMulti(ctx, rc, 2*n, func(i int) rueidis.Completed {
+		l := r.Limits[i/2]
+		start := windowStart(l, r.Now)
+		starts[i/2] = start
+		if i%2 == 1 {
+			start -= int64(l.Window / time.Millisecond)
+		}
+		return rc.B().Hget().Key(s.kongHash(start, l.Window)).Field(r.Key).Build()
+	})
+	s.redisCalls.Add(uint64(trips))
+	cs := make([]storekit.Counter, n)
+	for i := range n {
+		var v [2]int64
+		for j := range v {
+			x, err := res[2*i+j].AsInt64()
+			if rueidis.IsRedisNil(err) {
+				x, err = 0, nil
+			}
+			if err != nil {
+				return nil, replyErr("HGET", err)
+			}
+			v[j] = x
+		}
+		cs[i] = storekit.Counter{Start: starts[i], Cur: v[0], Prev: v[1]}
+	}
+	return cs, nil
 }

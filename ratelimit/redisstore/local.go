@@ -55,7 +55,7 @@ type entry struct {
 	expires int64
 	// final is the start of the window whose previous window's count c
 	// holds as read from Redis once final, or 0: in synchronous mode
-	// (incr.go) after prevGrace, in periodic mode (sync.go) after
+	// (incr.go) after prevGrace, in periodic mode (periodic.go) after
 	// prevGrace and a sync cycle.
 	final int64
 }
@@ -331,4 +331,179 @@ func (l *local) size() int {
 		sh.mu.Unlock()
 	}
 	return n
+}
+
+// syncItem is one counter of a sync cycle: its waiting hits, the window
+// (or TAT) of the node's last decision on it, the window this node last
+// gave its expiry, and the previous window's count when this node holds
+// it final (see entry).
+type syncItem struct {
+	key     string
+	id      uint64
+	lim     ratelimit.Limit
+	p       [2]pend
+	start   int64
+	expires int64
+	final   int64 // the window start whose previous count prev holds final, or 0
+	prev    int64
+}
+
+// item returns counter k, held in e, as a sync item without its waiting
+// hits.
+func (e *entry) item(k lkey) syncItem {
+	it := syncItem{key: k.key, id: k.id, lim: e.lim, start: e.c.Start, expires: e.expires}
+	if e.final != 0 && e.final == e.c.Start {
+		it.final, it.prev = e.final, e.c.Prev
+	}
+	return it
+}
+
+// takeItem returns counter k, held in e, as a sync item with the hits
+// waiting to be pushed, which it hands over.
+func (e *entry) takeItem(k lkey) syncItem {
+	it := e.item(k)
+	it.p = e.pend
+	e.pend, e.dirty = [2]pend{}, false
+	return it
+}
+
+// resetDirty empties the shard's dirty list once its counters were taken.
+func (sh *lshard) resetDirty() {
+	clear(sh.dirty)
+	sh.dirty = sh.dirty[:0]
+}
+
+// snapshot drops expired counters, takes the hits waiting to be pushed and
+// returns every live counter.
+func (l *local) snapshot(now time.Time) []syncItem {
+	ns := now.UnixNano()
+	var out []syncItem
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		sh.liveCounters(ns, func(k lkey, e *entry) {
+			out = append(out, e.takeItem(k))
+		})
+		sh.resetDirty()
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// takeDirty takes the hits waiting to be pushed and returns their
+// counters: only the counters used since the previous cycle.
+func (l *local) takeDirty() []syncItem {
+	var out []syncItem
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		for _, k := range sh.dirty {
+			if e := sh.m[k]; e != nil && e.dirty {
+				out = append(out, e.takeItem(k))
+			}
+		}
+		sh.resetDirty()
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// liveShard is live for the counters of shard i only.
+func (l *local) liveShard(now time.Time, i int) []syncItem {
+	var out []syncItem
+	sh := &l.shards[i]
+	sh.mu.Lock()
+	sh.liveCounters(now.UnixNano(), func(k lkey, e *entry) {
+		out = append(out, e.item(k))
+	})
+	sh.mu.Unlock()
+	return out
+}
+
+// live drops expired counters and returns the others, leaving their
+// waiting hits in place.
+func (l *local) live(now time.Time) []syncItem {
+	ns := now.UnixNano()
+	var out []syncItem
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		sh.liveCounters(ns, func(k lkey, e *entry) {
+			out = append(out, e.item(k))
+		})
+		sh.mu.Unlock()
+	}
+	return out
+}
+
+// holds returns the counter k when this node holds it.
+func (l *local) holds(k lkey) (syncItem, bool) {
+	sh := l.shard(k.key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.m[k]
+	if e == nil {
+		return syncItem{}, false
+	}
+	return e.item(k), true
+}
+
+// merge replaces a local counter with the total Redis returned and adds
+// back the hits counted since the snapshot.
+//
+// final is remote.Start when remote.Prev is the previous window's final
+// count (read from Redis once final, see prevGrace), which the node keeps
+// for the rest of the window instead of reading it on every push; 0
+// otherwise.
+func (l *local) merge(it *syncItem, remote storekit.Counter, nowUs, final int64) {
+	sh := l.shard(it.key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	k := lkey{it.key, it.id}
+	e := sh.m[k]
+	if e == nil {
+		e = &entry{lim: it.lim}
+		sh.m[k] = e
+	}
+	c := remote
+	if e.lim.Algorithm == ratelimit.TokenBucket {
+		if d := e.pend[0].d; d > 0 {
+			c.Start = max(c.Start, nowUs) + d
+		}
+	} else {
+		w := int64(e.lim.Window / time.Millisecond)
+		for _, p := range e.pend {
+			if p.d != 0 {
+				addAt(&c, w, p.start, p.d)
+			}
+		}
+	}
+	e.c = c
+	e.final = final
+}
+
+// counters copies this node's counters of r (zero for those it does not
+// hold).
+func (l *local) counters(r *ratelimit.Request) []storekit.Counter {
+	sh := l.shard(r.Key)
+	cs := make([]storekit.Counter, len(r.Limits))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for i, lim := range r.Limits {
+		if e := sh.m[lkey{r.Key, storekit.CounterID(lim)}]; e != nil {
+			cs[i] = e.c
+		}
+	}
+	return cs
+}
+
+// reset drops this node's counters of key for limits, with the hits they
+// had waiting to be pushed.
+func (l *local) reset(key string, limits []ratelimit.Limit) {
+	sh := l.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	for _, lim := range limits {
+		delete(sh.m, lkey{key, storekit.CounterID(lim)})
+	}
 }

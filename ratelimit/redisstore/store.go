@@ -39,15 +39,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
-	"math/bits"
 	"strconv"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/rueidis"
 	"github.com/seed-008287da/sluice/ratelimit"
 	"github.com/seed-008287da/sluice/ratelimit/storekit"
 )
@@ -160,29 +155,6 @@ type Options struct {
 	OnStateChange func(from, to State, err error)
 }
 
-// batching is the state of synchronous decisions: the calls waiting for
-// a batcher (nil with MaxBatch 1, or in another mode) and the calls and
-// batches out.
-type batching struct {
-	queue    chan *takeCall
-	inflight atomic.Int64
-}
-
-// cycle is the periodic cycle's place in the namespace's journal,
-// guarded by mu (which serializes cycles): the sequence number and epoch
-// of its last journal call (cursor -1: none), whether the next cycle must
-// read every counter, the local shard the sweep reads next and when, and
-// pushes a failed journal call left to record.
-type cycle struct {
-	mu          sync.Mutex
-	cursor      int64
-	epoch       string
-	readAll     bool
-	sweep       int
-	nextSweep   time.Time
-	unjournaled []string
-}
-
 // Store is a ratelimit.Store backed by Redis. Create it with New over a
 // shared Client, or with Open over a client of its own; it is safe for
 // concurrent use. Closing a store from New stops its goroutines but not
@@ -197,28 +169,42 @@ type Store struct {
 	logger *slog.Logger
 
 	cluster bool
-	batch   batching // synchronous mode (batch.go)
-	cycle   cycle    // periodic mode (sync.go)
-
-	closed atomic.Bool
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	mode    mode
+	closed  atomic.Bool
 
 	decisions, localDecisions, redisCalls, redisErrors, syncs atomic.Uint64
 	clock                                                     syncClock // see SyncTiming
 	// downReason is the reason of the fallback last logged, "" while
 	// connected (guarded by br.mu; see logState).
 	downReason string
-
-	// plans caches take.lua plans by planKey (see plan).
-	plans  sync.Map
-	nplans atomic.Int64
 }
 
 var (
 	_ ratelimit.Store      = (*Store)(nil)
 	_ ratelimit.LeaseStore = (*Store)(nil)
 )
+
+// A mode is how a store decides and syncs, chosen by New from SyncRate
+// and the layout: localMode, syncMode, periodicMode, kongMode or
+// envoyMode. Each keeps its own state and goroutines; the Store keeps what
+// they share (client, keys, local counters, breaker, statistics), checks
+// requests and hands them over.
+type mode interface {
+	// take decides r: valid, with Cost and Now set, not a peek. plain
+	// reports the requests a synchronous store decides with plain
+	// commands (incr.go) rather than take.lua.
+	take(ctx context.Context, r *ratelimit.Request, plain func(*ratelimit.Request) bool) (ratelimit.Decision, error)
+	// read returns the counters of r as a decision now would see them,
+	// and the time it would be decided at.
+	read(ctx context.Context, r *ratelimit.Request) ([]storekit.Counter, time.Time, error)
+	// reset deletes the counters of r where other nodes read them (this
+	// node's are already gone).
+	reset(ctx context.Context, r *ratelimit.Request) error
+	// sync runs one cycle at now; see Store.Sync.
+	sync(ctx context.Context, now time.Time) error
+	// close stops the mode's goroutines and waits for them.
+	close()
+}
 
 // New returns a store for one namespace over c. Stores are cheap: create
 // one per namespace and share the Client.
@@ -269,24 +255,23 @@ func New(c *Client, opts Options) (*Store, error) {
 		tag:     opts.Prefix + ":{" + strconv.Itoa(len(opts.Namespace)) + ":" + opts.Namespace,
 		local:   newLocal(),
 		logger:  logger,
-		stop:    make(chan struct{}),
 		cluster: c.cluster,
 	}
-	s.cycle.cursor = -1
 	s.clock.opened = time.Now().UnixNano()
 	s.br.threshold = int32(opts.FailureThreshold)
 	s.br.cooldown = opts.Cooldown
 	s.br.onChange = s.stateChanged
-	if !opts.ManualSync {
-		s.wg.Add(1)
-		go s.loop()
-	}
-	if opts.SyncRate == 0 && opts.MaxBatch > 1 && !opts.KongLayout && !opts.EnvoyLayout {
-		s.batch.queue = make(chan *takeCall, opts.MaxBatch*opts.Batchers)
-		for range opts.Batchers {
-			s.wg.Add(1)
-			go s.batcher()
-		}
+	switch {
+	case opts.SyncRate < 0:
+		s.mode = newLocalMode(s)
+	case opts.KongLayout:
+		s.mode = newKongMode(s)
+	case opts.EnvoyLayout:
+		s.mode = newEnvoyMode(s)
+	case opts.SyncRate > 0:
+		s.mode = newPeriodicMode(s)
+	default:
+		s.mode = newSyncMode(s)
 	}
 	return s, nil
 }
@@ -307,76 +292,6 @@ func Open(cfg Config, opts Options) (*Store, error) {
 	}
 	s.owns = true
 	return s, nil
-}
-
-func (s *Store) stateChanged(from, to State, err error) {
-	s.logState(from, to, err)
-	if s.opts.OnStateChange != nil {
-		s.opts.OnStateChange(from, to, err)
-	}
-}
-
-// counterKey returns the Redis key of one counter. The hash tag holds the
-// namespace and the key, each length-prefixed, so distinct (namespace,
-// key) pairs never share a key and all counters of one key share a Cluster
-// slot.
-func (s *Store) counterKey(key string, id uint64) string {
-	var buf [128]byte
-	return string(s.appendCounterKey(buf[:0], key, id))
-}
-
-// appendCounterKey appends counterKey(key, id) to b.
-func (s *Store) appendCounterKey(b []byte, key string, id uint64) []byte {
-	b = append(b, s.tag...)
-	b = strconv.AppendInt(b, int64(len(key)), 10)
-	b = append(append(append(b, ':'), key...), "}:"...)
-	return strconv.AppendUint(b, id, 10)
-}
-
-// leaseKey returns the Redis key of the lease set of key.
-func (s *Store) leaseKey(key string) string {
-	return s.tag + strconv.Itoa(len(key)) + ":" + key + "}:lease"
-}
-
-// maxExact is the largest integer every double represents exactly.
-const maxExact = 1 << 53
-
-// checkExact reports a limit whose arithmetic would leave the range where
-// Lua's doubles are exact.
-func checkExact(r *ratelimit.Request, cost int64) error {
-	for i, l := range r.Limits {
-		if l.Algorithm == ratelimit.TokenBucket {
-			t := emission(&l)
-			tau := mulSat(uint64(l.Capacity()), t)
-			inc := mulSat(uint64(min(cost, l.Capacity())), t)
-			if tau > maxExact/2 || inc > maxExact/2 {
-				return fmt.Errorf("limit %d: %w: %s is too large for exact arithmetic in redis (burst and cost times the emission interval in us must stay below 2^52)", i, ratelimit.ErrInvalidLimit, l)
-			}
-			continue
-		}
-		hi, lo := bits.Mul64(uint64(l.Count), uint64(l.Window/time.Millisecond))
-		if hi != 0 || lo > maxExact {
-			return fmt.Errorf("limit %d: %w: %s is too large for exact arithmetic in redis (count*window in ms must stay below 2^53)", i, ratelimit.ErrInvalidLimit, l)
-		}
-	}
-	return nil
-}
-
-// emission returns a token bucket's emission interval in microseconds,
-// W/Count rounded up and at least 1, as storekit.Apply computes it.
-func emission(l *ratelimit.Limit) uint64 {
-	wUs := uint64(l.Window / time.Microsecond)
-	c := uint64(l.Count)
-	return max((wUs+c-1)/c, 1)
-}
-
-// mulSat returns a*b, saturating at MaxUint64.
-func mulSat(a, b uint64) uint64 {
-	hi, lo := bits.Mul64(a, b)
-	if hi != 0 {
-		return math.MaxUint64
-	}
-	return lo
 }
 
 // Take decides r. Being denied is not an error. It returns an error only
@@ -420,349 +335,25 @@ func (s *Store) take(ctx context.Context, r ratelimit.Request, plain func(*ratel
 		return s.peek(ctx, &r)
 	}
 	s.decisions.Add(1)
-	switch {
-	case s.opts.SyncRate < 0:
-		return s.local.take(&r, false), nil
-	case s.opts.SyncRate > 0:
-		if s.opts.KongLayout {
-			if err := checkKong(r.Limits); err != nil {
-				return ratelimit.Decision{}, err
-			}
-		}
-		return s.local.take(&r, true), nil
-	}
-	windows := plain(&r)
-	if s.opts.KongLayout {
-		if err := checkKong(r.Limits); err != nil {
-			return ratelimit.Decision{}, err
-		}
-	} else if !windows && !s.opts.EnvoyLayout {
-		if err := checkExact(&r, r.Cost); err != nil {
-			return ratelimit.Decision{}, err
-		}
-	}
-	if !s.br.allow(r.Now) {
-		if s.opts.Strict {
-			return ratelimit.Decision{}, ErrUnavailable
-		}
-		s.localDecisions.Add(1)
-		return s.local.take(&r, false), nil
-	}
-	var d ratelimit.Decision
-	var err error
-	switch {
-	case s.opts.KongLayout:
-		d, err = s.takeKong(ctx, &r)
-	case s.opts.EnvoyLayout:
-		d, err = s.takeEnvoy(ctx, &r)
-	case windows:
-		d, err = s.takeIncr(ctx, &r)
-	default:
-		d, err = s.takeRedis(ctx, &r)
-	}
-	if err == nil {
-		return d, nil
-	}
-	if isUnavailable(err) {
-		if s.opts.Strict {
-			if errors.Is(err, ErrUnavailable) {
-				return ratelimit.Decision{}, err
-			}
-			return ratelimit.Decision{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
-		s.localDecisions.Add(1)
-		return s.local.take(&r, false), nil
-	}
-	return ratelimit.Decision{}, err
+	return s.mode.take(ctx, &r, plain)
 }
 
-// isUnavailable classifies err from a Redis call. A Redis that did not
-// answer, or answered that it cannot serve now (LOADING, READONLY after a
-// failover, CLUSTERDOWN...), is unavailable: the caller decides locally.
-// Any other error is Redis' answer (ErrBadReply) or the store's state
-// (ErrClosed) and goes to the caller.
-func isUnavailable(err error) bool {
-	if Classify(err) != nil {
-		return true
-	}
-	var re *rueidis.RedisError
-	if errors.As(err, &re) && !transient(re) {
-		return false
-	}
-	return !errors.Is(err, ErrBadReply) && !errors.Is(err, ratelimit.ErrClosed)
-}
-
-// unavailable records the failed call err with the breaker and reports
-// whether the caller should decide locally.
-func (s *Store) unavailable(now time.Time, err error) bool {
-	s.record(now, err)
-	return isUnavailable(err)
-}
-
-func transient(re *rueidis.RedisError) bool {
-	if re.IsLoading() || re.IsClusterDown() || re.IsTryAgain() {
-		return true
-	}
-	msg := re.Error()
-	for _, p := range []string{"READONLY", "MASTERDOWN", "NOREPLICAS", "BUSY", "MOVED", "ASK"} {
-		if strings.HasPrefix(msg, p) {
-			return true
-		}
-	}
-	return false
-}
-
-func (s *Store) nowArg(now time.Time) string {
-	if !s.opts.CallerClock {
-		return ""
-	}
-	return strconv.FormatInt(floorDiv(now.UnixNano(), 1000), 10)
-}
-
-// callerClockTTL is the least real time a key lives in Redis when
-// decisions use the caller's clock: Redis expires keys by its own clock,
-// which then says nothing about the caller's timeline.
-const callerClockTTL = time.Hour
-
-// minTTL returns the least time to live of a written key, in ms, as the
-// scripts take it.
-func (s *Store) minTTL() string {
-	if s.opts.CallerClock {
-		return itoa(int64(callerClockTTL / time.Millisecond))
-	}
-	return "0"
-}
-
-func floorDiv(a, b int64) int64 {
-	q := a / b
-	if a%b != 0 && (a < 0) != (b < 0) {
-		q--
-	}
-	return q
-}
-
-// takeRedis decides r with take.lua, in a batch with other concurrent
-// decisions unless MaxBatch is 1, and rebuilds the decision with
-// storekit.Apply from the counters the script read.
-func (s *Store) takeRedis(ctx context.Context, r *ratelimit.Request) (ratelimit.Decision, error) {
-	c := newCall()
-	c.keys = make([]string, len(r.Limits))
-	for i, l := range r.Limits {
-		c.keys[i] = s.counterKey(r.Key, storekit.CounterID(l))
-	}
-	c.plan, c.nowArg, c.n, c.now = s.plan(r), s.nowArg(r.Now), len(r.Limits), r.Now
-	if s.cluster {
-		c.slot = slot(c.keys[0])
-	}
-	res, answered := s.submit(ctx, c)
-	if answered {
-		free(c)
-	}
-	if res.err != nil {
-		return ratelimit.Decision{}, res.err
-	}
-	return s.decodeTake(r, res.vals)
-}
-
-func itoa(n int64) string { return strconv.FormatInt(n, 10) }
-
-// A takePlan is the take.lua arguments that requests with the same limits,
-// cost and penalty share: cost, penalty, n and 4 values per limit. A batch
-// sends each distinct plan once.
-type takePlan struct {
-	args []string
-}
-
-// planKey identifies a plan of at most 4 limits, the ones cached.
-type planKey struct {
-	n       int
-	cost    int64
-	penalty bool
-	limits  [4]ratelimit.Limit
-}
-
-// maxPlans bounds the plans a store caches: a few per policy are usual;
-// beyond the bound, plans are built for each request.
-const maxPlans = 1024
-
-// plan returns the plan of r, cached when r has at most 4 limits.
-func (s *Store) plan(r *ratelimit.Request) *takePlan {
-	var k planKey
-	cacheable := len(r.Limits) <= len(k.limits)
-	if cacheable {
-		k.n, k.cost, k.penalty = len(r.Limits), r.Cost, r.Penalty
-		copy(k.limits[:], r.Limits)
-		if p, ok := s.plans.Load(k); ok {
-			return p.(*takePlan)
-		}
-	}
-	args := make([]string, 3, 3+4*len(r.Limits))
-	args[0] = itoa(r.Cost)
-	args[1] = "0"
-	if r.Penalty {
-		args[1] = "1"
-	}
-	args[2] = itoa(int64(len(r.Limits)))
-	for _, l := range r.Limits {
-		var kind, a, b int64
-		switch l.Algorithm {
-		case ratelimit.FixedWindow:
-			kind, a = 0, int64(l.Window/time.Millisecond)
-		case ratelimit.SlidingWindow:
-			kind, a = 1, int64(l.Window/time.Millisecond)
-		default:
-			t := emission(&l)
-			kind = 2
-			a = int64(mulSat(uint64(l.Capacity()), t))
-			b = -1
-			if r.Cost <= l.Capacity() {
-				b = int64(mulSat(uint64(r.Cost), t))
-			}
-		}
-		args = append(args, itoa(kind), itoa(l.Count), itoa(a), itoa(b))
-	}
-	p := &takePlan{args: args}
-	if cacheable && s.nplans.Load() < maxPlans {
-		if _, loaded := s.plans.LoadOrStore(k, p); !loaded {
-			s.nplans.Add(1)
-		}
-	}
-	return p
-}
-
-// replyErr wraps the error of a call. An error Redis answered that is not
-// about availability nor a Fault (WRONGTYPE, a script error) wraps ErrBadReply;
-// anything else (timeouts, refused connections, LOADING...) stays as it is
-// for unavailable to classify.
-func replyErr(what string, err error) error {
-	var re *rueidis.RedisError
-	if errors.As(err, &re) && !transient(re) && Classify(err) == nil {
-		return fmt.Errorf("%w: running %s: %w", ErrBadReply, what, err)
-	}
-	return fmt.Errorf("redisstore: running %s: %w", what, err)
-}
-
-// int64s converts an array reply of integers.
-func int64s(vals []rueidis.RedisMessage) ([]int64, error) {
-	return appendInt64s(make([]int64, 0, len(vals)), vals)
-}
-
-// appendInt64s appends the integers of an array reply to dst.
-func appendInt64s(dst []int64, vals []rueidis.RedisMessage) ([]int64, error) {
-	for i := range vals {
-		v, err := vals[i].AsInt64()
-		if err != nil {
-			return nil, fmt.Errorf("value %d: %w", i, err)
-		}
-		dst = append(dst, v)
-	}
-	return dst, nil
-}
-
-// Acquire takes or renews one concurrency lease. Leases are decided in
-// Redis whatever the sync rate (except LocalOnly): a bound on concurrent
-// holders is only worth having if it is shared. When Redis does not answer
-// the lease is decided locally.
-func (s *Store) Acquire(ctx context.Context, r ratelimit.LeaseRequest) (ratelimit.Lease, error) {
-	if s.closed.Load() {
-		return ratelimit.Lease{}, ratelimit.ErrClosed
-	}
-	if err := storekit.ValidateLease(&r); err != nil {
-		return ratelimit.Lease{}, err
-	}
-	if r.Now.IsZero() {
-		r.Now = time.Now()
-	}
-	if s.opts.SyncRate < 0 {
-		return s.local.acquire(&r), nil
-	}
-	if !s.br.allow(r.Now) {
-		if s.opts.Strict {
-			return ratelimit.Lease{}, ErrUnavailable
-		}
-		s.localDecisions.Add(1)
-		return s.local.acquire(&r), nil
-	}
-	l, err := s.acquireRedis(ctx, &r)
-	if err == nil {
-		s.br.success()
-		return l, nil
-	}
-	if s.unavailable(r.Now, err) {
-		if s.opts.Strict {
-			return ratelimit.Lease{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
-		}
-		s.localDecisions.Add(1)
-		return s.local.acquire(&r), nil
-	}
-	return ratelimit.Lease{}, err
-}
-
-func (s *Store) acquireRedis(ctx context.Context, r *ratelimit.LeaseRequest) (ratelimit.Lease, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	rc, err := s.c.conn(ctx)
-	if err != nil {
-		return ratelimit.Lease{}, err
-	}
-	args := []string{s.nowArg(r.Now), r.ID, strconv.FormatInt(r.Max, 10), strconv.FormatInt(int64(r.TTL/time.Microsecond), 10), s.minTTL()}
-	res, trips := acquireScript.exec(ctx, rc, []string{s.leaseKey(r.Key)}, args)
-	s.redisCalls.Add(uint64(trips))
-	vals, err := res.ToArray()
-	if err != nil {
-		return ratelimit.Lease{}, replyErr("acquire.lua", err)
-	}
-	if len(vals) != 4 {
-		return ratelimit.Lease{}, fmt.Errorf("%w: acquire.lua returned %d values, want 4", ErrBadReply, len(vals))
-	}
-	v, err := int64s(vals)
-	if err != nil {
-		return ratelimit.Lease{}, fmt.Errorf("%w: acquire.lua: %w", ErrBadReply, err)
-	}
-	now := r.Now
-	if !s.opts.CallerClock {
-		now = time.UnixMicro(v[2])
-	}
-	if v[0] == 1 {
-		return ratelimit.Lease{Allowed: true, Active: v[1], Remaining: max(r.Max-v[1], 0), Expires: now.Add(r.TTL)}, nil
-	}
-	retry := time.Duration(v[3]-v[2]) * time.Microsecond
-	if s.opts.CallerClock {
-		retry = time.UnixMicro(v[3]).Sub(now)
-	}
-	return ratelimit.Lease{Active: v[1], Remaining: max(r.Max-v[1], 0), RetryAfter: max(retry, 0)}, nil
-}
-
-// Release ends lease id on key. Unknown, expired or already released
-// leases are not an error. When Redis does not answer, the lease is
-// released locally and lapses in Redis at its TTL.
-func (s *Store) Release(ctx context.Context, key, id string) error {
+// Sync runs one cycle at time now. With SyncRate > 0 it pushes the hits
+// counted since the last cycle and pulls the totals of the counters other
+// nodes changed (see periodic.syncJournal; in Kong's layout, of every
+// counter); in every mode it drops local counters that expired. The store
+// runs it every SyncRate unless ManualSync is set.
+//
+// Hits of a cycle whose push fails are not pushed again (they may have
+// reached Redis before the failure), as Kong does; while the store is in
+// fallback, hits are kept and pushed by the first cycle after Redis
+// returns. A failed cycle returns the error; it is also logged once by the
+// state change it causes.
+func (s *Store) Sync(ctx context.Context, now time.Time) error {
 	if s.closed.Load() {
 		return ratelimit.ErrClosed
 	}
-	s.local.release(key, id)
-	if s.opts.SyncRate < 0 || !s.br.allow(time.Now()) {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-	defer cancel()
-	rc, err := s.c.conn(ctx)
-	if err != nil {
-		s.unavailable(time.Now(), err)
-		return nil
-	}
-	res, trips := do(ctx, rc, func() rueidis.Completed { return rc.B().Zrem().Key(s.leaseKey(key)).Member(id).Build() })
-	s.redisCalls.Add(uint64(trips))
-	err = res.Error()
-	if err == nil {
-		s.br.success()
-		return nil
-	}
-	err = replyErr("ZREM", err)
-	if s.unavailable(time.Now(), err) {
-		return nil
-	}
-	return err
+	return s.mode.sync(ctx, now)
 }
 
 // Stats are counters of a store's activity since New, for export as
@@ -809,8 +400,7 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	close(s.stop)
-	s.wg.Wait()
+	s.mode.close()
 	if s.owns {
 		s.c.Close()
 	}

@@ -41,12 +41,6 @@ type syncClock struct {
 	lastSync atomic.Int64 // Unix nanoseconds, 0 before the first cycle
 }
 
-// synced records a completed sync cycle run at now.
-func (s *Store) synced(now time.Time) {
-	s.syncs.Add(1)
-	s.clock.lastSync.Store(now.UnixNano())
-}
-
 // SyncTiming returns the timing of the store's periodic sync. It is safe
 // to call at any time and costs two atomic loads.
 func (s *Store) SyncTiming() SyncTiming {

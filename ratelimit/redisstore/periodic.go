@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -13,115 +14,96 @@ import (
 	"github.com/seed-008287da/sluice/ratelimit/storekit"
 )
 
-// sweepInterval is how often a store that does not sync periodically drops
-// expired local counters.
-const sweepInterval = 30 * time.Second
+// The periodic mode (SyncRate > 0, sluice's layout): decisions count on
+// local counters, and a cycle every SyncRate pushes the hits counted since
+// the last one and pulls the totals other nodes changed, learning which
+// from the namespace's journal (see syncJournal).
 
-// loop runs sync cycles (or sweeps) until Close.
-func (s *Store) loop() {
-	defer s.wg.Done()
-	interval := s.opts.SyncRate
-	if interval <= 0 {
-		interval = sweepInterval
+// periodicMode is the mode of SyncRate > 0 in sluice's layout. Its goroutine
+// is the loop that runs the cycles.
+type periodicMode struct {
+	*Store
+	cycle cycle
+	loop  *loop
+}
+
+// cycle is the periodic cycle's place in the namespace's journal,
+// guarded by mu (which serializes cycles): the sequence number and epoch
+// of its last journal call (cursor -1: none), whether the next cycle must
+// read every counter, the local shard the sweep reads next and when, and
+// pushes a failed journal call left to record.
+type cycle struct {
+	mu          sync.Mutex
+	cursor      int64
+	epoch       string
+	readAll     bool
+	sweep       int
+	nextSweep   time.Time
+	unjournaled []string
+}
+
+func newPeriodicMode(st *Store) *periodicMode {
+	s := &periodicMode{Store: st}
+	s.cycle.cursor = -1
+	s.loop = st.every(st.opts.SyncRate, s.sync)
+	return s
+}
+
+func (s *periodicMode) take(_ context.Context, r *ratelimit.Request, _ func(*ratelimit.Request) bool) (ratelimit.Decision, error) {
+	return s.local.take(r, true), nil
+}
+
+// read reads this node's counters: the totals of the last cycle plus the
+// hits counted since.
+func (s *periodicMode) read(_ context.Context, r *ratelimit.Request) ([]storekit.Counter, time.Time, error) {
+	return s.local.counters(r), r.Now, nil
+}
+
+// reset deletes r's counters in Redis; other nodes re-read them when
+// the journal says they changed.
+func (s *periodicMode) reset(ctx context.Context, r *ratelimit.Request) error {
+	err := s.del(ctx, r.Now, func(rc rueidis.Client) (rueidis.Commands, error) {
+		keys, _ := s.keysOf(r)
+		return delKeys(rc, keys), nil
+	})
+	if err != nil {
+		return err
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case now := <-t.C:
-			ctx, cancel := context.WithTimeout(context.Background(), s.cycleTimeout())
-			s.Sync(ctx, now)
-			cancel()
+	s.cycle.mu.Lock()
+	for _, l := range r.Limits {
+		if len(s.cycle.unjournaled) < maxUnjournaled {
+			s.cycle.unjournaled = append(s.cycle.unjournaled, journalMember(r.Key, storekit.CounterID(l)))
 		}
 	}
+	s.cycle.mu.Unlock()
+	return nil
 }
 
-// cycleTimeout bounds one sync pipeline: it carries every key of the
-// namespace, so it may take longer than one decision's call.
-func (s *Store) cycleTimeout() time.Duration { return max(s.opts.Timeout, time.Second) }
-
-// syncItem is one counter of a sync cycle: its waiting hits, the window
-// (or TAT) of the node's last decision on it, the window this node last
-// gave its expiry, and the previous window's count when this node holds
-// it final (see entry).
-type syncItem struct {
-	key     string
-	id      uint64
-	lim     ratelimit.Limit
-	p       [2]pend
-	start   int64
-	expires int64
-	final   int64 // the window start whose previous count prev holds final, or 0
-	prev    int64
-}
-
-// item returns counter k, held in e, as a sync item without its waiting
-// hits.
-func (e *entry) item(k lkey) syncItem {
-	it := syncItem{key: k.key, id: k.id, lim: e.lim, start: e.c.Start, expires: e.expires}
-	if e.final != 0 && e.final == e.c.Start {
-		it.final, it.prev = e.final, e.c.Prev
+func (s *periodicMode) sync(ctx context.Context, now time.Time) error {
+	s.cycle.mu.Lock()
+	defer s.cycle.mu.Unlock()
+	if !s.br.allow(now) {
+		s.local.sweep(now)
+		return nil
 	}
-	return it
-}
-
-// takeItem returns counter k, held in e, as a sync item with the hits
-// waiting to be pushed, which it hands over.
-func (e *entry) takeItem(k lkey) syncItem {
-	it := e.item(k)
-	it.p = e.pend
-	e.pend, e.dirty = [2]pend{}, false
-	return it
-}
-
-// resetDirty empties the shard's dirty list once its counters were taken.
-func (sh *lshard) resetDirty() {
-	clear(sh.dirty)
-	sh.dirty = sh.dirty[:0]
-}
-
-// snapshot drops expired counters, takes the hits waiting to be pushed and
-// returns every live counter.
-func (l *local) snapshot(now time.Time) []syncItem {
-	ns := now.UnixNano()
-	var out []syncItem
-	for i := range l.shards {
-		sh := &l.shards[i]
-		sh.mu.Lock()
-		sh.liveCounters(ns, func(k lkey, e *entry) {
-			out = append(out, e.takeItem(k))
-		})
-		sh.resetDirty()
-		sh.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, s.cycleTimeout())
+	defer cancel()
+	if err := s.syncJournal(ctx, now); err != nil {
+		s.unavailable(now, err)
+		return err
 	}
-	return out
+	s.br.success()
+	s.synced(now)
+	return nil
 }
 
-// takeDirty takes the hits waiting to be pushed and returns their
-// counters: only the counters used since the previous cycle.
-func (l *local) takeDirty() []syncItem {
-	var out []syncItem
-	for i := range l.shards {
-		sh := &l.shards[i]
-		sh.mu.Lock()
-		for _, k := range sh.dirty {
-			if e := sh.m[k]; e != nil && e.dirty {
-				out = append(out, e.takeItem(k))
-			}
-		}
-		sh.resetDirty()
-		sh.mu.Unlock()
-	}
-	return out
-}
+func (s *periodicMode) close() { s.loop.close() }
 
 // sweepDue returns the counters of the local shards the sweep has due at
 // now, one shard per step since the last cycle (so that a SyncRate longer
 // than a step still reads every counter within sweepEvery), and which
 // shards those are.
-func (s *Store) sweepDue(now time.Time, step time.Duration) (items []syncItem, swept [localShards]bool) {
+func (s *periodicMode) sweepDue(now time.Time, step time.Duration) (items []syncItem, swept [localShards]bool) {
 	for n := 0; !now.Before(s.cycle.nextSweep) && n < len(swept); n++ {
 		swept[s.cycle.sweep] = true
 		items = append(items, s.local.liveShard(now, s.cycle.sweep)...)
@@ -142,124 +124,6 @@ func clearFinal(items []syncItem) {
 	}
 }
 
-// liveShard is live for the counters of shard i only.
-func (l *local) liveShard(now time.Time, i int) []syncItem {
-	var out []syncItem
-	sh := &l.shards[i]
-	sh.mu.Lock()
-	sh.liveCounters(now.UnixNano(), func(k lkey, e *entry) {
-		out = append(out, e.item(k))
-	})
-	sh.mu.Unlock()
-	return out
-}
-
-// live drops expired counters and returns the others, leaving their
-// waiting hits in place.
-func (l *local) live(now time.Time) []syncItem {
-	ns := now.UnixNano()
-	var out []syncItem
-	for i := range l.shards {
-		sh := &l.shards[i]
-		sh.mu.Lock()
-		sh.liveCounters(ns, func(k lkey, e *entry) {
-			out = append(out, e.item(k))
-		})
-		sh.mu.Unlock()
-	}
-	return out
-}
-
-// holds returns the counter k when this node holds it.
-func (l *local) holds(k lkey) (syncItem, bool) {
-	sh := l.shard(k.key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.m[k]
-	if e == nil {
-		return syncItem{}, false
-	}
-	return e.item(k), true
-}
-
-// merge replaces a local counter with the total Redis returned and adds
-// back the hits counted since the snapshot.
-//
-// final is remote.Start when remote.Prev is the previous window's final
-// count (read from Redis once final, see prevGrace), which the node keeps
-// for the rest of the window instead of reading it on every push; 0
-// otherwise.
-func (l *local) merge(it *syncItem, remote storekit.Counter, nowUs, final int64) {
-	sh := l.shard(it.key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	k := lkey{it.key, it.id}
-	e := sh.m[k]
-	if e == nil {
-		e = &entry{lim: it.lim}
-		sh.m[k] = e
-	}
-	c := remote
-	if e.lim.Algorithm == ratelimit.TokenBucket {
-		if d := e.pend[0].d; d > 0 {
-			c.Start = max(c.Start, nowUs) + d
-		}
-	} else {
-		w := int64(e.lim.Window / time.Millisecond)
-		for _, p := range e.pend {
-			if p.d != 0 {
-				addAt(&c, w, p.start, p.d)
-			}
-		}
-	}
-	e.c = c
-	e.final = final
-}
-
-// Sync runs one cycle at time now. With SyncRate > 0 it pushes the hits
-// counted since the last cycle and pulls the totals of the counters other
-// nodes changed (see syncJournal; in Kong's layout, of every counter); in
-// every mode it drops local counters that expired. The store runs it every
-// SyncRate unless ManualSync is set.
-//
-// Hits of a cycle whose push fails are not pushed again (they may have
-// reached Redis before the failure), as Kong does; while the store is in
-// fallback, hits are kept and pushed by the first cycle after Redis
-// returns. A failed cycle returns the error; it is also logged once by the
-// state change it causes.
-func (s *Store) Sync(ctx context.Context, now time.Time) error {
-	if s.closed.Load() {
-		return ratelimit.ErrClosed
-	}
-	s.cycle.mu.Lock()
-	defer s.cycle.mu.Unlock()
-	if s.opts.SyncRate <= 0 || !s.br.allow(now) {
-		s.local.sweep(now)
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, s.cycleTimeout())
-	defer cancel()
-	if s.opts.KongLayout {
-		items := s.local.snapshot(now)
-		if len(items) > 0 {
-			if err := s.syncKong(ctx, now, items); err != nil {
-				s.record(now, err)
-				return err
-			}
-		}
-		s.br.success()
-		s.synced(now)
-		return nil
-	}
-	if err := s.syncJournal(ctx, now); err != nil {
-		s.unavailable(now, err)
-		return err
-	}
-	s.br.success()
-	s.synced(now)
-	return nil
-}
-
 // syncJournal runs one cycle in sluice's layout, in up to three round
 // trips:
 //  1. push the counters used since the previous cycle (sync.lua, which
@@ -277,7 +141,7 @@ func (s *Store) Sync(ctx context.Context, now time.Time) error {
 // counter this node holds, as Kong's does; and a sweep reads them all
 // within every sweepEvery regardless, a shard of them every
 // sweepEvery/len(shards).
-func (s *Store) syncJournal(ctx context.Context, now time.Time) error {
+func (s *periodicMode) syncJournal(ctx context.Context, now time.Time) error {
 	items := s.local.takeDirty()
 	if len(items) == 0 && len(s.cycle.unjournaled) == 0 && s.local.size() == 0 {
 		return nil // nothing to push, nothing to refresh
@@ -388,7 +252,7 @@ const maxPushBatch = 256
 // non-nil it appends the journal member of every counter that had hits to
 // push; items with no hits are only read. A counter that fails is reported
 // to fail; the others are merged.
-func (s *Store) push(ctx context.Context, items []syncItem, nowArg string, nowUs int64, members []string, fail func(error)) []string {
+func (s *periodicMode) push(ctx context.Context, items []syncItem, nowArg string, nowUs int64, members []string, fail func(error)) []string {
 	rc, err := s.c.conn(ctx)
 	if err != nil {
 		fail(err)
@@ -477,7 +341,7 @@ func (s *Store) push(ctx context.Context, items []syncItem, nowArg string, nowUs
 
 // bucketCalls groups the token buckets items[k], k in buckets, into
 // sync.lua calls of at most maxPushBatch counters of one slot.
-func (s *Store) bucketCalls(items []syncItem, buckets []int, nowArg string) ([]call, [][]int) {
+func (s *periodicMode) bucketCalls(items []syncItem, buckets []int, nowArg string) ([]call, [][]int) {
 	keys := make(map[int]string, len(buckets))
 	for _, k := range buckets {
 		keys[k] = s.counterKey(items[k].key, items[k].id)
@@ -552,7 +416,7 @@ type winOp struct {
 // clock, the cycle's (with CallerClock the cycle's time need not be on the
 // callers' timeline). Hits of a window older than the one before it are
 // dropped: they can no longer affect a decision.
-func (s *Store) planPush(k int, it *syncItem, nowMs, minTTL int64) winPush {
+func (s *periodicMode) planPush(k int, it *syncItem, nowMs, minTTL int64) winPush {
 	w := int64(it.lim.Window / time.Millisecond)
 	wp := winPush{k: k, w: w, s: it.start}
 	if !s.opts.CallerClock || wp.s == 0 {
@@ -658,7 +522,7 @@ func (wp *winPush) read(res []rueidis.RedisResult) (cur, prev int64, incred [2]b
 // back the hits its INCRBYs added, and a window an INCRBY created (or
 // recreated) after this node had given it its expiry gets its time to
 // live.
-func (s *Store) mergeWindows(ctx context.Context, rc rueidis.Client, items []syncItem, wins []winPush, res []rueidis.RedisResult, nowUs int64, fail func(error)) {
+func (s *periodicMode) mergeWindows(ctx context.Context, rc rueidis.Client, items []syncItem, wins []winPush, res []rueidis.RedisResult, nowUs int64, fail func(error)) {
 	var fix []rueidis.Completed
 	var lateOf []int // per command of fix: the item of a late PEXPIRE, or -1
 	for wi := range wins {
@@ -745,7 +609,7 @@ const maxUnjournaled = 1 << 16
 // journal records members (counters pushed since the previous call) and
 // returns either full (read every counter) or the counters others pushed
 // since this node's previous call.
-func (s *Store) journal(ctx context.Context, now time.Time, nowArg string, members []string) (full bool, changed []string, err error) {
+func (s *periodicMode) journal(ctx context.Context, now time.Time, nowArg string, members []string) (full bool, changed []string, err error) {
 	rc, err := s.c.conn(ctx)
 	if err != nil {
 		return false, nil, err
