@@ -18,8 +18,10 @@ import (
 const sluiceMaxKeys = 4_000_000
 
 // SluiceContenders returns sluice's in-process store with each of its
-// algorithms, one limit per call, time read per call (as the peers do), on
-// the allow-only path (Store.Allow: a bool, as the peers answer).
+// algorithms, one limit per call, through Limiter.Allow: time read per call
+// (as the peers do), a bool answered (as the peers answer). A store error
+// would count as allowed there, so the limiter holds room for every key
+// (sluiceMaxKeys) and prepare checks that every key is held.
 func SluiceContenders() []Contender {
 	return []Contender{
 		{Name: "sluice-sliding", Keyed: true, New: sluiceMemory(ratelimit.SlidingWindow)},
@@ -30,16 +32,14 @@ func SluiceContenders() []Contender {
 
 func sluiceMemory(alg ratelimit.Algorithm) func(count int64, window time.Duration) (Instance, error) {
 	return func(count int64, window time.Duration) (Instance, error) {
-		limits := []ratelimit.Limit{{Algorithm: alg, Count: count, Window: window}}
-		if err := ratelimit.ValidateLimits(limits); err != nil {
+		s := memorystore.New(memorystore.Options{MaxKeys: sluiceMaxKeys})
+		l, err := ratelimit.NewLimiter(s, ratelimit.LimiterOptions{}, ratelimit.Limit{Algorithm: alg, Count: count, Window: window})
+		if err != nil {
+			s.Close()
 			return Instance{}, err
 		}
-		s := memorystore.New(memorystore.Options{MaxKeys: sluiceMaxKeys})
-		ctx := context.Background()
 		return Instance{
-			Allow: func(key string) (bool, error) {
-				return s.Allow(ctx, ratelimit.Request{Key: key, Limits: limits})
-			},
+			Allow: func(key string) (bool, error) { return l.Allow(key), nil },
 			Keys:  s.Len,
 			Close: func() { _ = s.Close() },
 		}, nil

@@ -134,6 +134,21 @@ const maxWindow = 100 * 365 * 24 * time.Hour
 // Validate reports why l cannot be used, or nil. The error wraps
 // ErrInvalidLimit and names the offending field.
 func (l Limit) Validate() error {
+	if l.valid() {
+		return nil
+	}
+	return l.invalid()
+}
+
+// valid is Validate's verdict without the error, cheap enough for a store to
+// check a call's limits every time.
+func (l *Limit) valid() bool {
+	return l.Algorithm <= TokenBucket && l.Count > 0 && l.Window > 0 &&
+		l.Window%time.Millisecond == 0 && l.Window <= maxWindow && l.Burst >= 0
+}
+
+// invalid returns the error for a limit that is not valid.
+func (l Limit) invalid() error {
 	switch {
 	case l.Algorithm > TokenBucket:
 		return fmt.Errorf("%w: unknown algorithm %d", ErrInvalidLimit, l.Algorithm)
@@ -159,8 +174,8 @@ func ValidateLimits(ls []Limit) error {
 		return fmt.Errorf("%w: no limits given", ErrInvalidLimit)
 	}
 	for i := range ls {
-		if err := ls[i].Validate(); err != nil {
-			return fmt.Errorf("limit %d: %w", i, err)
+		if !ls[i].valid() {
+			return fmt.Errorf("limit %d: %w", i, ls[i].invalid())
 		}
 	}
 	return nil

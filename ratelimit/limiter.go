@@ -18,6 +18,7 @@ type Limiter struct {
 	allower Allower // store, when it is one
 	limits  atomic.Pointer[[]Limit]
 	penalty bool
+	clock   clock
 }
 
 // LimiterOptions configures a Limiter. The zero value is ready to use.
@@ -55,9 +56,10 @@ func (l *Limiter) Limits() []Limit { return append([]Limit(nil), *l.limits.Load(
 // Allow reports whether a call of cost 1 for key may happen now, and takes
 // it if so: AllowN(context.Background(), key, 1, time.Now()).Allowed, on the
 // store's allow-only path (Allower, or Request.AllowOnly). A store failure
-// counts as allowed: use AllowN to see it.
+// counts as allowed: use AllowN to see it. Allow reads the wall clock once
+// a second and the cheaper monotonic clock in between.
 func (l *Limiter) Allow(key string) bool {
-	r := Request{Key: key, Limits: *l.limits.Load(), Cost: 1, Now: time.Now(), Penalty: l.penalty, AllowOnly: true}
+	r := Request{Key: key, Limits: *l.limits.Load(), Cost: 1, Now: l.clock.now(), Penalty: l.penalty, AllowOnly: true}
 	if l.allower != nil {
 		ok, err := l.allower.Allow(context.Background(), r)
 		return err != nil || ok

@@ -284,7 +284,53 @@ func (s *Store) Take(_ context.Context, r ratelimit.Request) (d ratelimit.Decisi
 // Allow is Take with r.AllowOnly that only answers whether the call is
 // allowed; see ratelimit.Allower. Errors are as for Take.
 func (s *Store) Allow(_ context.Context, r ratelimit.Request) (bool, error) {
+	if allowed, ok := s.allowExisting(&r); ok {
+		return allowed, nil
+	}
 	return s.decide(&r, nil, true)
+}
+
+// allowExisting decides r on the allow-only path, in place in the table,
+// when r is valid, no peek, of up to four limits, and every counter it
+// needs exists; ok reports whether it did. Otherwise it changes nothing
+// and decide takes the call (new counters, eviction, errors).
+func (s *Store) allowExisting(r *ratelimit.Request) (allowed, ok bool) {
+	const n = 4
+	if len(r.Limits) > n || r.Peek || r.Cost < 0 || s.closed.Load() || ratelimit.ValidateLimits(r.Limits) != nil {
+		return false, false
+	}
+	if r.Now.IsZero() {
+		r.Now = time.Now()
+	}
+	var (
+		cs  [n]storekit.Counter
+		pos [n]int
+	)
+	h1, h2 := s.keyHash(r.Key)
+	sh := s.shardOf(h1)
+	sh.mu.Lock()
+	for i := range r.Limits {
+		p := sh.find(fingerprintOf(h1, h2, storekit.CounterID(r.Limits[i])))
+		if p < 0 {
+			sh.mu.Unlock()
+			return false, false
+		}
+		pos[i], cs[i] = p, sh.counter(p)
+	}
+	c := cs[:len(r.Limits)]
+	allowed = storekit.TryAllow(r, c) || storekit.Apply(r, c).Allowed
+	for i := range c {
+		p := pos[i]
+		switch was := sh.counter(p); {
+		case c[i] == was:
+		case c[i].Start != was.Start || c[i].Next != was.Next: // the expiry follows them
+			sh.tab[p].e = sh.entryOf(sh.tab[p].fp, c[i], r.Limits[i])
+		default:
+			sh.tab[p].e.cur, sh.tab[p].e.prev = c[i].Cur, c[i].Prev
+		}
+	}
+	sh.mu.Unlock()
+	return allowed, true
 }
 
 // decide decides r, on the allow-only path if allowOnly, and reports

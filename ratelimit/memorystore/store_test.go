@@ -20,6 +20,12 @@ func TestConformance(t *testing.T) {
 	ratelimittest.Run(t, func(t *testing.T) ratelimit.Store { return New(Options{}) })
 }
 
+// A Limiter's calls over the store (Limiter.Allow on the store's
+// allow-only path, with the Limiter's clock) decide every timeline as Take.
+func TestConformanceLimiter(t *testing.T) {
+	ratelimittest.RunLimiter(t, func(t *testing.T) ratelimit.Store { return New(Options{}) })
+}
+
 // With one shard every key contends for one lock, and a tiny MaxKeys makes
 // every new key evict: the suite must still pass, since its timelines never
 // hold more live keys than the bound.

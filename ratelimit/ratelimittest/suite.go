@@ -16,7 +16,8 @@ type Factory func(t *testing.T) ratelimit.Store
 // per timeline, each on a fresh store. A store that is also a
 // ratelimit.LeaseStore is held to the lease timelines too; for any other
 // they are skipped; a ratelimit.Reserver to the reservation timelines
-// (PlayReserve). Every store is held to Request.Peek (PlayPeek); an
+// (PlayReserve). Every store is held to the allow-only path
+// (PlayAllowOnly) and to Request.Peek (PlayPeek); an
 // Inspector or LeaseInspector to RunInspect. Run ends with a Hammer run
 // with default options.
 func Run(t *testing.T, f Factory) {
@@ -42,6 +43,18 @@ func Run(t *testing.T, f Factory) {
 		testLeasesIndependentOfCounters(t, s.(ratelimit.Store), s)
 	})
 	t.Run("Hammer", func(t *testing.T) { Hammer(t, open(t, f), HammerOptions{}) })
+}
+
+// RunLimiter holds the store made by f to every timeline of the suite
+// played through a ratelimit.Limiter (PlayLimiter), one subtest per
+// timeline, each on a fresh store. PlayLimiter moves a testing/synctest
+// bubble's clock, so the store must decide on its caller's goroutine, as
+// an in-process store does; a store that hands calls to goroutines of its
+// own (Redis batching) cannot run it.
+func RunLimiter(t *testing.T, f Factory) {
+	for _, tl := range Timelines() {
+		t.Run("Limiter/"+tl.Name, func(t *testing.T) { PlayLimiter(t, open(t, f), tl) })
+	}
 }
 
 // openLeases opens a store and skips t when it keeps no leases.

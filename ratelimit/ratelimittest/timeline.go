@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/seed-008287da/sluice/ratelimit"
@@ -129,6 +130,53 @@ func playAllowOnly(full, fast ratelimit.Store, tl Timeline) error {
 		case q.Len() != 0 && !slices.Equal(q.States(), d.States()):
 			return fmt.Errorf("step %d (t0+%s, key %q, cost %d): allow-only states %v, full states %v",
 				i, st.At, r.Key, st.Cost, q.States(), d.States())
+		}
+	}
+	return nil
+}
+
+// PlayLimiter runs tl through a ratelimit.Limiter over s, in a
+// testing/synctest bubble whose clock it moves to each step's time, and
+// fails t at the first step whose decision differs from the expected one.
+// Steps of cost 1 call Limiter.Allow, the allow-only path reading the
+// Limiter's clock, and must answer the expected Allowed; the others (and a
+// step whose time is before the bubble's clock) call Limiter.AllowN and
+// are checked in full.
+func PlayLimiter(t *testing.T, s ratelimit.Store, tl Timeline) {
+	t.Helper()
+	synctest.Test(t, func(t *testing.T) {
+		if err := playLimiter(s, tl); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+func playLimiter(s ratelimit.Store, tl Timeline) error {
+	ctx := context.Background()
+	l, err := ratelimit.NewLimiter(s, ratelimit.LimiterOptions{Penalty: tl.Penalty}, tl.Limits...)
+	if err != nil {
+		return err
+	}
+	for i, st := range tl.Steps {
+		r := stepRequest(&tl, &st)
+		if err := l.SetLimits(r.Limits...); err != nil {
+			return fmt.Errorf("step %d: SetLimits: %w", i, err)
+		}
+		if d := time.Until(r.Now); d > 0 {
+			time.Sleep(d)
+		}
+		if r.Cost <= 1 && time.Now().Equal(r.Now) {
+			if got := l.Allow(r.Key); got != st.Allowed {
+				return fmt.Errorf("step %d (t0+%s, key %q): Limiter.Allow = %v, want %v", i, st.At, r.Key, got, st.Allowed)
+			}
+			continue
+		}
+		d, err := l.AllowN(ctx, r.Key, max(r.Cost, 1), r.Now)
+		if err != nil {
+			return fmt.Errorf("step %d (t0+%s, key %q): Limiter.AllowN: %w", i, st.At, r.Key, err)
+		}
+		if msg := checkDecision(&d, &st, len(r.Limits)); msg != "" {
+			return fmt.Errorf("step %d (t0+%s, key %q, cost %d): Limiter.AllowN: %s", i, st.At, r.Key, st.Cost, msg)
 		}
 	}
 	return nil

@@ -162,6 +162,9 @@ func Apply(r *ratelimit.Request, cs []Counter) ratelimit.Decision {
 // deny more, never admit more.
 func roll(c *Counter, l *ratelimit.Limit, nowMs int64) {
 	w := int64(l.Window / time.Millisecond)
+	if e := nowMs - c.Start; e >= 0 && e < w {
+		return // c.Start is a window start (or 0), so nowMs is in c's window
+	}
 	start := nowMs - floorMod(nowMs, w)
 	switch {
 	case c.Start == start || start < c.Start:
