@@ -86,8 +86,8 @@ func (s *Store) checkReserve(r *ratelimit.Request) error {
 	if s.closed.Load() {
 		return ratelimit.ErrClosed
 	}
-	if s.opts.SyncRate > 0 || s.opts.KongLayout {
-		return fmt.Errorf("redisstore: %w: in periodic or Kong-layout mode", ratelimit.ErrReserveUnsupported)
+	if s.opts.SyncRate > 0 || s.opts.KongLayout || s.opts.EnvoyLayout {
+		return fmt.Errorf("redisstore: %w: in periodic, Kong-layout or Envoy-layout mode", ratelimit.ErrReserveUnsupported)
 	}
 	if err := ratelimit.ValidateLimits(r.Limits); err != nil {
 		return err
@@ -108,6 +108,10 @@ func (s *Store) checkReserve(r *ratelimit.Request) error {
 func (s *Store) reserveRedis(ctx context.Context, r *ratelimit.Request, maxDelay time.Duration) (ratelimit.Booking, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
+	sm, ok := s.mode.(*syncMode)
+	if !ok {
+		return ratelimit.Booking{}, fmt.Errorf("redisstore: %w: not in synchronous mode", ratelimit.ErrReserveUnsupported)
+	}
 	rc, err := s.c.conn(ctx)
 	if err != nil {
 		return ratelimit.Booking{}, err
@@ -117,7 +121,7 @@ func (s *Store) reserveRedis(ctx context.Context, r *ratelimit.Request, maxDelay
 	for i, l := range r.Limits {
 		keys[i] = s.counterKey(r.Key, storekit.CounterID(l))
 	}
-	args := append([]string{s.nowArg(r.Now), s.minTTL(), itoa(r.Cost), s.maxDelayArg(r.Now, maxDelay)}, s.plan(r).args[2:]...)
+	args := append([]string{s.nowArg(r.Now), s.minTTL(), itoa(r.Cost), s.maxDelayArg(r.Now, maxDelay)}, sm.plan(r).args[2:]...)
 	res, trips := reserveScript.exec(ctx, rc, keys, args)
 	s.redisCalls.Add(uint64(trips))
 	vals, err := res.ToArray()
