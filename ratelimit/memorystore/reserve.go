@@ -69,18 +69,7 @@ func (s *Store) update(r *ratelimit.Request, create bool, f func([]storekit.Coun
 	if !create {
 		return nil
 	}
-	for i := range r.Limits { // after the writes in place: an insert may move every slot
-		if pos[i] >= 0 || cs[i] == (storekit.Counter{}) {
-			continue
-		}
-		k := fingerprintOf(h1, h2, storekit.CounterID(r.Limits[i]))
-		e := sh.entryOf(k, cs[i], r.Limits[i])
-		if p := sh.find(k); p >= 0 { // two limits of one window
-			sh.tab[p].e = e
-			continue
-		}
-		sh.insert(k, e)
-	}
+	sh.insertNew(h1, h2, r.Limits, pos, cs)
 	return nil
 }
 

@@ -401,18 +401,7 @@ func (s *Store) decide(r *ratelimit.Request, d *ratelimit.Decision, allowOnly bo
 			sh.tab[p].e = sh.entryOf(sh.tab[p].fp, cs[i], r.Limits[i])
 		}
 	}
-	for i := range r.Limits { // after the writes in place: an insert may move every slot
-		if pos[i] >= 0 || cs[i] == (storekit.Counter{}) {
-			continue // written, or nothing to remember
-		}
-		k := fingerprintOf(h1, h2, storekit.CounterID(r.Limits[i]))
-		e := sh.entryOf(k, cs[i], r.Limits[i])
-		if p := sh.find(k); p >= 0 { // two limits of one window
-			sh.tab[p].e = e
-			continue
-		}
-		sh.insert(k, e)
-	}
+	sh.insertNew(h1, h2, r.Limits, pos, cs) // after the writes in place: an insert may move every slot
 	sh.mu.Unlock()
 	return allowed, nil
 }
@@ -638,5 +627,23 @@ func (s *Store) sweep(now int64) {
 			}
 		}
 		sh.mu.Unlock()
+	}
+}
+
+// insertNew stores the counters of limits that had no slot (pos[i] < 0)
+// and are not empty. It runs after the writes in place, since an insert
+// may move every slot.
+func (sh *shard) insertNew(h1, h2 uint64, limits []ratelimit.Limit, pos []int64, cs []storekit.Counter) {
+	for i := range limits {
+		if pos[i] >= 0 || cs[i] == (storekit.Counter{}) {
+			continue // written, or nothing to remember
+		}
+		k := fingerprintOf(h1, h2, storekit.CounterID(limits[i]))
+		e := sh.entryOf(k, cs[i], limits[i])
+		if p := sh.find(k); p >= 0 { // two limits of one window
+			sh.tab[p].e = e
+			continue
+		}
+		sh.insert(k, e)
 	}
 }
