@@ -25,15 +25,19 @@ type clockBase struct {
 	wall int64     // at.UnixNano()
 }
 
-func (c *clock) now() time.Time {
+// unixNano returns the time in nanoseconds since the Unix epoch.
+func (c *clock) unixNano() int64 {
 	if b := c.base.Load(); b != nil {
 		// Inside a testing/synctest bubble Since reads the bubble's clock,
 		// so the sum is exactly the bubble's time.
 		if d := time.Since(b.at); d >= 0 && d < clockResync {
-			return time.Unix(0, b.wall+int64(d))
+			return b.wall + int64(d)
 		}
 	}
 	t := time.Now()
 	c.base.Store(&clockBase{at: t, wall: t.UnixNano()})
-	return t
+	return t.UnixNano()
 }
+
+// now is unixNano as a time.Time.
+func (c *clock) now() time.Time { return time.Unix(0, c.unixNano()) }

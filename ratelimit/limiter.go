@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/seed-008287da/sluice/ratelimit/internal/access"
 )
 
 // A Limiter checks keys against a set of limits kept in a Store. It is the
@@ -15,10 +17,18 @@ import (
 // the store and are not reset by it. A Limiter is safe for concurrent use.
 type Limiter struct {
 	store   Store
-	allower Allower // store, when it is one
+	allower Allower        // store, when it is one
+	checked checkedAllower // store, when it is one
 	limits  atomic.Pointer[[]Limit]
 	penalty bool
 	clock   clock
+}
+
+// A checkedAllower is a store with a path for Allow that skips checking
+// the limits, which SetLimits checked (memorystore.Store). now is in Unix
+// nanoseconds; the answer is Allower.Allow's for a call of cost 1.
+type checkedAllower interface {
+	AllowChecked(key string, limits access.Checked[Limit], now int64, penalty bool) (bool, error)
 }
 
 // LimiterOptions configures a Limiter. The zero value is ready to use.
@@ -34,6 +44,7 @@ type LimiterOptions struct {
 func NewLimiter(store Store, opts LimiterOptions, limits ...Limit) (*Limiter, error) {
 	l := &Limiter{store: store, penalty: opts.Penalty}
 	l.allower, _ = store.(Allower)
+	l.checked, _ = store.(checkedAllower)
 	if err := l.SetLimits(limits...); err != nil {
 		return nil, err
 	}
@@ -59,6 +70,10 @@ func (l *Limiter) Limits() []Limit { return append([]Limit(nil), *l.limits.Load(
 // counts as allowed: use AllowN to see it. Allow reads the wall clock once
 // a second and the cheaper monotonic clock in between.
 func (l *Limiter) Allow(key string) bool {
+	if l.checked != nil {
+		ok, err := l.checked.AllowChecked(key, access.MakeChecked(*l.limits.Load()), l.clock.unixNano(), l.penalty)
+		return err != nil || ok
+	}
 	r := Request{Key: key, Limits: *l.limits.Load(), Cost: 1, Now: l.clock.now(), Penalty: l.penalty, AllowOnly: true}
 	if l.allower != nil {
 		ok, err := l.allower.Allow(context.Background(), r)

@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/seed-008287da/sluice/ratelimit"
+	"github.com/seed-008287da/sluice/ratelimit/internal/access"
 	"github.com/seed-008287da/sluice/ratelimit/storekit"
 )
 
@@ -288,6 +289,54 @@ func (s *Store) Allow(_ context.Context, r ratelimit.Request) (bool, error) {
 		return allowed, nil
 	}
 	return s.decide(&r, nil, true)
+}
+
+// AllowChecked is the path of ratelimit.Limiter's Allow into the store: a
+// call of cost 1 for key against limits the Limiter validated, at now
+// (Unix ns), answered as Allow answers it. It cannot be called from outside
+// this module.
+func (s *Store) AllowChecked(key string, limits access.Checked[ratelimit.Limit], now int64, penalty bool) (bool, error) {
+	ls := limits.Limits()
+	if len(ls) == 1 && !s.closed.Load() {
+		if allowed, ok := s.allowOne(key, ls, now, penalty); ok {
+			return allowed, nil
+		}
+	}
+	return s.Allow(context.Background(), ratelimit.Request{Key: key, Limits: ls, Cost: 1, Now: time.Unix(0, now), Penalty: penalty, AllowOnly: true})
+}
+
+// allowOne is allowExisting for a call of cost 1 against one valid limit,
+// ls[0], at now (Unix ns).
+func (s *Store) allowOne(key string, ls []ratelimit.Limit, now int64, penalty bool) (allowed, ok bool) {
+	l := &ls[0]
+	h1, h2 := s.keyHash(key)
+	k := fingerprintOf(h1, h2, storekit.CounterID(*l))
+	sh := s.shardOf(h1)
+	sh.mu.Lock()
+	p := sh.find(k)
+	if p < 0 {
+		sh.mu.Unlock()
+		return false, false
+	}
+	was := sh.counter(p)
+	c := was
+	allowed = storekit.TryAllowOne(l, &c, 1, now) || applyOne(key, ls, now, penalty, &c)
+	switch {
+	case c == was:
+	case c.Start != was.Start || c.Next != was.Next: // the expiry follows them
+		sh.tab[p].e = sh.entryOf(k, c, *l)
+	default:
+		sh.tab[p].e.cur, sh.tab[p].e.prev = c.Cur, c.Prev
+	}
+	sh.mu.Unlock()
+	return allowed, true
+}
+
+// applyOne is allowOne's call of storekit.Apply, for a call TryAllowOne
+// did not allow; apart, so that allowOne's frame stays small.
+func applyOne(key string, ls []ratelimit.Limit, now int64, penalty bool, c *storekit.Counter) bool {
+	r := ratelimit.Request{Key: key, Limits: ls, Cost: 1, Now: time.Unix(0, now), Penalty: penalty, AllowOnly: true}
+	return storekit.Apply(&r, unsafe.Slice(c, 1)).Allowed
 }
 
 // allowExisting decides r on the allow-only path, in place in the table,

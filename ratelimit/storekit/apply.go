@@ -431,46 +431,13 @@ func TryAllow(r *ratelimit.Request, cs []Counter) bool {
 		cost = 1
 	}
 	nowNs := r.Now.UnixNano()
-	nowMs := floorDiv(nowNs, int64(time.Millisecond))
 	var next [inlineStates]int64 // each limit's new Cur, or a bucket's new TAT
 	for i := range r.Limits {
-		l := &r.Limits[i]
-		c := &cs[i]
-		if l.Algorithm == ratelimit.TokenBucket {
-			burst := l.Capacity()
-			if cost > burst {
-				return false
-			}
-			t := emission(l)
-			nowUs := floorDiv(nowNs, int64(time.Microsecond))
-			tat := max(c.Start, nowUs)
-			inc := satMul(cost, t)
-			if tat+inc-nowUs > satMul(burst, t) {
-				return false
-			}
-			next[i] = tat + inc
-			continue
+		n, ok := tryLimit(&r.Limits[i], &cs[i], cost, nowNs)
+		if !ok {
+			return false
 		}
-		roll(c, l, nowMs)
-		cur := c.Cur
-		if cur > math.MaxInt64-cost {
-			cur = math.MaxInt64
-		} else {
-			cur += cost
-		}
-		if l.Algorithm == ratelimit.FixedWindow {
-			if cur > l.Count {
-				return false
-			}
-		} else {
-			w := int64(l.Window / time.Millisecond)
-			e := max(nowMs-c.Start, 0)
-			total := mul(uint64(cur), uint64(w)).add(mul(uint64(c.Prev), uint64(w-e)))
-			if total.cmp(mul(uint64(l.Count), uint64(w))) > 0 {
-				return false
-			}
-		}
-		next[i] = cur
+		next[i] = n
 	}
 	for i := range r.Limits {
 		if r.Limits[i].Algorithm == ratelimit.TokenBucket {
@@ -480,4 +447,59 @@ func TryAllow(r *ratelimit.Request, cs []Counter) bool {
 		}
 	}
 	return true
+}
+
+// TryAllowOne is TryAllow for a request of one limit l, with counter c,
+// cost (zero means 1) and Now nowNs (Unix ns): when Apply would allow the
+// call it updates c as Apply would and returns true; otherwise it returns
+// false with c rolled to nowNs. l must be valid.
+func TryAllowOne(l *ratelimit.Limit, c *Counter, cost, nowNs int64) bool {
+	if cost <= 0 {
+		cost = 1
+	}
+	n, ok := tryLimit(l, c, cost, nowNs)
+	if !ok {
+		return false
+	}
+	if l.Algorithm == ratelimit.TokenBucket {
+		c.Start = n
+	} else {
+		c.Cur = n
+	}
+	return true
+}
+
+// tryLimit reports whether a call of cost (> 0) at nowNs fits l, and if so
+// the counter's new Cur, or a bucket's new TAT. A window counter is rolled
+// to nowNs either way; nothing else of c changes.
+func tryLimit(l *ratelimit.Limit, c *Counter, cost, nowNs int64) (next int64, ok bool) {
+	if l.Algorithm == ratelimit.TokenBucket {
+		burst := l.Capacity()
+		if cost > burst {
+			return 0, false
+		}
+		t := emission(l)
+		nowUs := floorDiv(nowNs, int64(time.Microsecond))
+		tat := max(c.Start, nowUs)
+		inc := satMul(cost, t)
+		if tat+inc-nowUs > satMul(burst, t) {
+			return 0, false
+		}
+		return tat + inc, true
+	}
+	nowMs := floorDiv(nowNs, int64(time.Millisecond))
+	roll(c, l, nowMs)
+	cur := c.Cur
+	if cur > math.MaxInt64-cost {
+		cur = math.MaxInt64
+	} else {
+		cur += cost
+	}
+	if l.Algorithm == ratelimit.FixedWindow {
+		return cur, cur <= l.Count
+	}
+	w := int64(l.Window / time.Millisecond)
+	e := max(nowMs-c.Start, 0)
+	total := mul(uint64(cur), uint64(w)).add(mul(uint64(c.Prev), uint64(w-e)))
+	return cur, total.cmp(mul(uint64(l.Count), uint64(w))) <= 0
 }

@@ -41,3 +41,16 @@ func (s *States[T]) At(i int) *T {
 // NewDecision is a func(allowed bool, denied int, retry time.Duration,
 // s States[ratelimit.LimitState]) ratelimit.Decision.
 var NewDecision any
+
+// Checked is a list of limits that package ratelimit has validated (a
+// Limiter's, in SetLimits), which a store may decide without checking them
+// again. Only this module can make a non-empty one; the zero Checked holds
+// no limits, which a store rejects as it rejects any empty list.
+type Checked[L any] struct{ ls []L }
+
+// MakeChecked returns ls as checked. The caller must have validated every
+// limit of ls and must never change ls afterwards.
+func MakeChecked[L any](ls []L) Checked[L] { return Checked[L]{ls} }
+
+// Limits returns the checked limits. They must not be changed.
+func (c Checked[L]) Limits() []L { return c.ls }
