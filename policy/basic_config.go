@@ -152,7 +152,7 @@ func ParseBasic(raw []byte) (*BasicConfig, error) {
 		d.fail(f.at("redis"), msgRequired)
 	}
 	// Deprecated flat fields (removal planned for Kong 4.0).
-	f.optString("redis_host", &cfg.Redis.Host)
+	f.host("redis_host", &cfg.Redis.Host)
 	f.optInt("redis_port", &cfg.Redis.Port, 0, maxPort)
 	f.secret("redis_password", &cfg.Redis.Password)
 	f.secret("redis_username", &cfg.Redis.Username)
@@ -197,7 +197,7 @@ func (f *fields) periodLimit(name string, dst **int64) {
 
 // parseBasicRedis reads the OSS plugin's redis record.
 func parseBasicRedis(f *fields, r *BasicRedisConfig) {
-	f.optString("host", &r.Host)
+	f.host("host", &r.Host)
 	f.optInt("port", &r.Port, 0, maxPort)
 	f.optInt("timeout", &r.Timeout, 0, maxTimeout)
 	f.secret("username", &r.Username)

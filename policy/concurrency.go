@@ -166,6 +166,8 @@ func compileConcurrency(cfg *ConcurrencyConfig) (*Concurrency, string, error) {
 	case StrategyRedis:
 		if cfg.Redis == nil || cfg.Redis.Host == nil || *cfg.Redis.Host == "" {
 			add("config.redis.host", "required with strategy redis")
+		} else if msg := field.HostProblem(*cfg.Redis.Host); msg != "" {
+			add("config.redis.host", msg)
 		}
 	default:
 		add("config.strategy", "expected one of: local, redis")

@@ -119,7 +119,7 @@ func defaultRedis() RedisConfig {
 // parseRedis reads config.redis into r (pre-filled with defaults) and runs
 // the record's own checks.
 func parseRedis(f *fields, r *RedisConfig) {
-	f.optString("host", &r.Host)
+	f.host("host", &r.Host)
 	f.optInt("port", &r.Port, 0, maxPort)
 	f.reqInt("database", &r.Database, -1<<31, 1<<31-1)
 	f.secret("username", &r.Username)
@@ -211,6 +211,9 @@ func (f *fields) nodes(name, hostKey string, cur []HostPort) []HostPort {
 		}
 		hp := HostPort{Host: "127.0.0.1", Port: 6379}
 		n.reqString(hostKey, &hp.Host, true)
+		if hp.Host != "" {
+			n.checkHost(hostKey, hp.Host)
+		}
 		n.reqInt("port", &hp.Port, 0, maxPort)
 		n.done()
 		out = append(out, hp)
@@ -233,7 +236,13 @@ func (f *fields) addresses(name, newName string, cur []HostPort) []HostPort {
 		host, port, err := net.SplitHostPort(a)
 		p, perr := strconv.ParseInt(port, 10, 64)
 		if err != nil || host == "" || perr != nil || p < 0 || p > maxPort {
-			f.d.fail(f.at(name), "Invalid Redis host address: "+a)
+			// The address is quoted without its user:password@.
+			f.d.fail(f.at(name), "Invalid Redis host address: "+field.RedactURL(a))
+			bad = true
+			continue
+		}
+		if field.HostProblem(host) != "" {
+			f.d.fail(f.at(name), "Invalid Redis host address: "+field.RedactURL(a))
 			bad = true
 			continue
 		}
@@ -317,6 +326,24 @@ func (c *CloudAuth) authProvider() *string {
 		return nil
 	}
 	return c.AuthProvider
+}
+
+// host reads a nullable string that must be a host (an IP address or a
+// host name, without a port), as Kong's typedefs.host.
+func (f *fields) host(name string, dst **string) {
+	before := *dst
+	f.optString(name, dst)
+	if *dst != nil && *dst != before { // set here, not kept from a default or another field
+		f.checkHost(name, **dst)
+	}
+}
+
+// checkHost records why v, the value of the field name, is not a host;
+// the error never quotes v.
+func (f *fields) checkHost(name, v string) {
+	if msg := field.HostProblem(v); msg != "" {
+		f.d.fail(f.at(name), msg)
+	}
 }
 
 // secret reads a string field Kong marks referenceable. A value that is

@@ -280,6 +280,9 @@ func redisEnv(getenv func(string) (string, bool)) (*decision.StoreConfig, error)
 			if err != nil || perr != nil || n <= 0 || n > 65535 {
 				return nil, fmt.Errorf("REDIS_URL=%q: %q is not host:port", field.RedactURL(url), field.RedactURL(a))
 			}
+			if msg := field.HostProblem(host); msg != "" {
+				return nil, fmt.Errorf("REDIS_URL=%q: %q: host: %s", field.RedactURL(url), field.RedactURL(a), msg)
+			}
 			out = append(out, redisstore.Addr{Host: host, Port: n})
 		}
 		return out, nil

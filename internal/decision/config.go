@@ -711,6 +711,11 @@ func (d *decoder) redis(path string, n *yaml.Node) RedisConfig {
 		return rc
 	}
 	rc.Host = m.str("host")
+	if rc.Host != "" {
+		if msg := field.HostProblem(rc.Host); msg != "" {
+			d.add(m.field("host"), joinPath(path, "host"), "%s", msg)
+		}
+	}
 	if p, ok := m.uint32("port"); ok {
 		if p == 0 || p > 65535 {
 			d.add(m.field("port"), joinPath(path, "port"), "must be from 1 to 65535, got %d", p)
@@ -819,6 +824,10 @@ func (d *decoder) addrs(m *mapping, path, name string) []redisstore.Addr {
 		pn, perr := strconv.Atoi(port)
 		if err != nil || perr != nil || pn <= 0 || pn > 65535 {
 			d.add(n, p, "expected \"host:port\", got %q", field.RedactURL(n.Value))
+			continue
+		}
+		if msg := field.HostProblem(host); msg != "" {
+			d.add(n, p, "host: %s", msg)
 			continue
 		}
 		out = append(out, redisstore.Addr{Host: host, Port: pn})

@@ -238,3 +238,37 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestParseRedisHosts: a Redis host is an IP address or a host name, as
+// in Kong; a password put in a host is never quoted back.
+func TestParseRedisHosts(t *testing.T) {
+	_, err := Parse([]byte(`
+store:
+  type: redis
+  redis:
+    host: "user:s3cret@redis.example"
+    port: 6379
+    cluster_nodes: ["s3cret@10.0.0.1:6379", "redis.example:7000", "bad host:7000"]
+domain: d
+descriptors: []
+`))
+	want := []string{
+		"line 5: store.redis.host: invalid value: a host must not carry a user name or password (user:password@); set them in their own fields",
+		"line 7: store.redis.cluster_nodes[0]: host: invalid value: a host must not carry a user name or password (user:password@); set them in their own fields",
+		"line 7: store.redis.cluster_nodes[2]: host: invalid value: expected an IP address or a host name",
+	}
+	var ce *ConfigError
+	if !errors.As(err, &ce) {
+		t.Fatalf("Parse: %v", err)
+	}
+	var got []string
+	for _, fe := range ce.Errors {
+		got = append(got, fe.String())
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("errors:\n\t%s\nwant:\n\t%s", strings.Join(got, "\n\t"), strings.Join(want, "\n\t"))
+	}
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("the error quotes the password: %v", err)
+	}
+}

@@ -108,6 +108,78 @@ plugins:
       host: 127.0.0.1
       password: 736451982
 `, "plugins[0].config.redis.password", "736451982", ""},
+		{"redis host userinfo", `
+plugins:
+- name: rate-limiting-advanced
+  config:
+    limit: [5]
+    window_size: [60]
+    strategy: redis
+    sync_rate: 0
+    redis:
+      host: "user:host-pw-4@redis.example"
+      port: 6379
+`, "plugins[0].config.redis.host", "host-pw-4", ""},
+		{"sentinel host userinfo", `
+plugins:
+- name: rate-limiting-advanced
+  config:
+    limit: [5]
+    window_size: [60]
+    strategy: redis
+    sync_rate: 0
+    redis:
+      sentinel_master: m
+      sentinel_role: master
+      sentinel_nodes: [{host: "sentinel-pw-5@10.0.0.1", port: 26379}]
+`, "plugins[0].config.redis.sentinel_nodes[0].host", "sentinel-pw-5", ""},
+		{"cluster ip userinfo", `
+plugins:
+- name: rate-limiting-advanced
+  config:
+    limit: [5]
+    window_size: [60]
+    strategy: redis
+    sync_rate: 0
+    redis:
+      cluster_nodes: [{ip: ":cluster-pw-6@10.0.0.1", port: 6379}]
+`, "plugins[0].config.redis.cluster_nodes[0].ip", "cluster-pw-6", ""},
+		{"cluster address userinfo", `
+plugins:
+- name: rate-limiting-advanced
+  config:
+    limit: [5]
+    window_size: [60]
+    strategy: redis
+    sync_rate: 0
+    redis:
+      cluster_addresses: ["u:address-pw-7@10.0.0.1:6379"]
+`, "plugins[0].config.redis.cluster_addresses", "address-pw-7", `xxxxx@10.0.0.1:6379`},
+		{"oss redis_host userinfo", `
+plugins:
+- name: rate-limiting
+  config:
+    minute: 5
+    policy: redis
+    redis_host: "u:oss-pw-8@redis.example"
+    redis_port: 6379
+`, "plugins[0].config.redis_host", "oss-pw-8", ""},
+		{"oss redis.host userinfo", `
+plugins:
+- name: rate-limiting
+  config:
+    minute: 5
+    policy: redis
+    redis: {host: "oss-pw-9@redis.example", port: 6379}
+`, "plugins[0].config.redis.host", "oss-pw-9", ""},
+		{"concurrency redis host userinfo", `
+plugins:
+- name: sluice-concurrency
+  config:
+    limit: 5
+    strategy: redis
+    redis: {host: "u:lease-pw-10@redis.example"}
+`, "plugins[0].config.redis.host", "lease-pw-10", ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
