@@ -16,7 +16,7 @@ func TestHostProblem(t *testing.T) {
 		"127.0.0.1": ok, "001.002.003.004": ok, "::1": ok, "[::1]": ok, "2001:db8::1": ok,
 		"redis": ok, "redis.example": ok, "redis.example.": ok, "my_redis-1.local": ok, "-a.b": ok,
 		"127.0.0.1:6379": port, "1.2.3.4:99999": port, "redis.example:6379": port, "[::1]:6379": port,
-		"": "length must be at least 1",
+		"":                      "length must be at least 1",
 		"user:pw@redis.example": user, "pw@redis.example:6379": user, "redis://u:p@h": user,
 		"1.2.3": invalid, "1.2.3.256": invalid, "1234": invalid, "1.2.3.4:": invalid,
 		"redis.example:secret": invalid, "redis.example:": invalid, "a..b": invalid, ".a": invalid,
