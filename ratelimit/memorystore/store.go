@@ -5,7 +5,6 @@ package memorystore
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"math/bits"
 	"math/rand/v2"
@@ -62,10 +61,10 @@ const (
 // means time.Now()); decisions on existing keys with up to four limits do
 // not allocate. An idle key costs about 100 bytes.
 type Store struct {
-	shards       []shard
-	mask         uint64
-	perShard     int
-	seed1, seed2 maphash.Seed
+	shards   []shard
+	mask     uint64
+	perShard int
+	k1, k2   uint64 // the points of the key hash (hash.go)
 
 	closed atomic.Bool
 	stop   chan struct{}
@@ -132,26 +131,8 @@ type lease struct {
 }
 
 // A fingerprint identifies a counter: a 128-bit hash of a key and a limit's
-// CounterID.
+// CounterID (hash.go).
 type fingerprint struct{ a, b uint64 }
-
-// keyHash returns two independent hashes of key.
-func (s *Store) keyHash(key string) (h1, h2 uint64) {
-	return maphash.String(s.seed1, key), maphash.String(s.seed2, key)
-}
-
-// fingerprintOf combines key's hashes with a counter id. Multiplying by an
-// odd constant and xoring are both one-to-one, so one key's windows never
-// share a fingerprint; two keys' fingerprints collide only if both their
-// hashes do. A first half of zero, which the empty slot and the tombstone
-// have, is made 1: a 2^-64 chance per counter of a 2^-64 collision.
-func fingerprintOf(h1, h2, id uint64) fingerprint {
-	f := fingerprint{h1 ^ id*0x9e3779b97f4a7c15, h2 ^ id*0xc2b2ae3d27d4eb4f}
-	if f.a == 0 {
-		f.a = 1
-	}
-	return f
-}
 
 // find returns the slot of fingerprint k in sh's table, or -1.
 func (sh *shard) find(k fingerprint) int {
@@ -251,8 +232,8 @@ func New(o Options) *Store {
 		shards:   make([]shard, n),
 		mask:     uint64(n - 1),
 		perShard: (o.MaxKeys + n - 1) / n,
-		seed1:    maphash.MakeSeed(),
-		seed2:    maphash.MakeSeed(),
+		k1:       rand.Uint64N(maxPoint),
+		k2:       rand.Uint64N(maxPoint),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
