@@ -5,6 +5,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // peerStats counts envoyproxy/ratelimit's per-limit statistics, by its
@@ -20,6 +21,61 @@ type peerStats struct {
 	globalShadow atomic.Uint64
 	// The service's own: reloads and calls.
 	loadSuccess, loadError, requests atomic.Uint64
+	// responseTime is ratelimit_server.ShouldRateLimit.response_time.
+	responseTime msCounts
+}
+
+// responseTimeName is the peer's gRPC timer for ShouldRateLimit, in whole
+// milliseconds.
+const responseTimeName = "ratelimit_server.ShouldRateLimit.response_time"
+
+// msCounts counts durations by whole milliseconds (truncated, as the peer
+// records them), since the service started. Durations under smallMs ms
+// take one atomic add; longer ones a mutex.
+type msCounts struct {
+	small [smallMs]atomic.Uint64
+	mu    sync.Mutex
+	large map[uint64]uint64
+}
+
+const smallMs = 1024
+
+func (c *msCounts) add(d time.Duration) {
+	ms := uint64(max(d, 0).Milliseconds())
+	if ms < smallMs {
+		c.small[ms].Add(1)
+		return
+	}
+	c.mu.Lock()
+	if c.large == nil {
+		c.large = map[uint64]uint64{}
+	}
+	c.large[ms]++
+	c.mu.Unlock()
+}
+
+// each calls f with every millisecond value counted and its count so far,
+// in increasing order of ms.
+func (c *msCounts) each(f func(ms, n uint64)) {
+	for ms := range c.small {
+		if n := c.small[ms].Load(); n > 0 {
+			f(uint64(ms), n)
+		}
+	}
+	c.mu.Lock()
+	keys := make([]uint64, 0, len(c.large))
+	for ms := range c.large {
+		keys = append(keys, ms)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i] < keys[j] })
+	counts := make([]uint64, len(keys))
+	for i, ms := range keys {
+		counts[i] = c.large[ms]
+	}
+	c.mu.Unlock()
+	for i, ms := range keys {
+		f(ms, counts[i])
+	}
 }
 
 type limitCounters struct {

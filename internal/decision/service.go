@@ -556,6 +556,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitReque
 	}
 	resp, err := s.Decide(ctx, req, s.now())
 	s.m.observe(viaGRPC, start, resp, err)
+	if s.peer != nil {
+		s.peer.responseTime.add(time.Since(start))
+	}
 	if err != nil {
 		return nil, grpcError(err)
 	}

@@ -27,17 +27,22 @@ type StatsdOptions struct {
 
 // A StatsdSink sends a Service's envoyproxy/ratelimit statistics (see
 // Service.PeerStats) to statsd over UDP: every Interval, each counter that
-// grew is sent as "name:delta|c", lines joined by newlines in datagrams of
-// at most 1432 bytes, as gostats sends them. It runs one goroutine, stopped
-// by Close.
+// grew is sent as "name:delta|c"; every second (or Interval, if shorter),
+// each gRPC ShouldRateLimit call since the last send is one timer line,
+// "ratelimit_server.ShouldRateLimit.response_time:ms|ms", its duration in
+// whole milliseconds. Lines are joined by newlines in datagrams of at most
+// 1432 bytes, as gostats sends them. It runs one goroutine, stopped by
+// Close.
 type StatsdSink struct {
 	svc   *Service
 	conn  net.Conn
 	tags  string
 	every time.Duration
 
-	mu   sync.Mutex // serializes Flush
-	sent map[string]uint64
+	mu        sync.Mutex // serializes flushes
+	sent      map[string]uint64
+	sentTimes map[uint64]uint64 // response times sent, by ms
+	dog       bool
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -60,7 +65,7 @@ func (s *Service) StartStatsd(opts StatsdOptions) (*StatsdSink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decision: statsd %s: %w", opts.Addr, err)
 	}
-	k := &StatsdSink{svc: s, conn: conn, every: opts.Interval, sent: map[string]uint64{}, stop: make(chan struct{}), done: make(chan struct{})}
+	k := &StatsdSink{svc: s, conn: conn, every: opts.Interval, sent: map[string]uint64{}, sentTimes: map[uint64]uint64{}, dog: opts.Dogstatsd, stop: make(chan struct{}), done: make(chan struct{})}
 	if k.every <= 0 {
 		k.every = 10 * time.Second
 	}
@@ -84,22 +89,34 @@ func (s *Service) StartStatsd(opts StatsdOptions) (*StatsdSink, error) {
 	return k, nil
 }
 
+// timerEvery is how often gostats sends its buffered timer lines.
+const timerEvery = time.Second
+
 func (k *StatsdSink) run() {
 	defer close(k.done)
 	t := time.NewTicker(k.every)
 	defer t.Stop()
+	tt := time.NewTicker(min(timerEvery, k.every))
+	defer tt.Stop()
 	for {
 		select {
 		case <-k.stop:
 			return
 		case <-t.C:
 			_ = k.Flush() // a lost datagram is statsd's usual loss
+		case <-tt.C:
+			_ = k.flush(false)
 		}
 	}
 }
 
-// Flush sends every counter that grew since the last flush now.
-func (k *StatsdSink) Flush() error {
+// Flush sends every counter that grew, and every timer value recorded,
+// since the last flush now.
+func (k *StatsdSink) Flush() error { return k.flush(true) }
+
+// flush sends the timer values recorded since the last flush and, with
+// counters, every counter that grew.
+func (k *StatsdSink) flush(counters bool) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var buf []byte
@@ -112,13 +129,7 @@ func (k *StatsdSink) Flush() error {
 			buf = buf[:0]
 		}
 	}
-	for _, st := range k.svc.PeerStats() {
-		d := st.Value - k.sent[st.Name]
-		if d == 0 {
-			continue
-		}
-		k.sent[st.Name] = st.Value
-		line := st.Name + ":" + strconv.FormatUint(d, 10) + "|c" + k.tags
+	addLine := func(line string) {
 		if len(buf)+1+len(line) > maxDatagram {
 			send()
 		}
@@ -126,6 +137,33 @@ func (k *StatsdSink) Flush() error {
 			buf = append(buf, '\n')
 		}
 		buf = append(buf, line...)
+	}
+	k.svc.peer.responseTime.each(func(ms, n uint64) {
+		d := n - k.sentTimes[ms]
+		if d == 0 {
+			return
+		}
+		k.sentTimes[ms] = n
+		// gostats writes a whole number of milliseconds as an integer;
+		// DogStatsD's client writes six decimals.
+		v := strconv.FormatUint(ms, 10)
+		if k.dog {
+			v += ".000000"
+		}
+		line := responseTimeName + ":" + v + "|ms" + k.tags
+		for range d {
+			addLine(line)
+		}
+	})
+	if counters {
+		for _, st := range k.svc.PeerStats() {
+			d := st.Value - k.sent[st.Name]
+			if d == 0 {
+				continue
+			}
+			k.sent[st.Name] = st.Value
+			addLine(st.Name + ":" + strconv.FormatUint(d, 10) + "|c" + k.tags)
+		}
 	}
 	send()
 	return errors.Join(errs...)

@@ -4,6 +4,9 @@ import (
 	"io"
 	"net"
 	"net/http/httptest"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -147,6 +150,101 @@ func TestDebugHandler(t *testing.T) {
 		res.Body.Close()
 		if res.StatusCode != 200 || !strings.Contains(string(b), want) {
 			t.Errorf("%s: %d\n%s\nwant %q", path, res.StatusCode, b, want)
+		}
+	}
+}
+
+// until reads lines up to and including last and returns those before it
+// that start with prefix. Lines of one flush arrive in the order sent.
+func (l *udpListener) until(t *testing.T, prefix, last string) []string {
+	t.Helper()
+	var got []string
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case line := <-l.lines:
+			if line == last {
+				return got
+			}
+			if strings.HasPrefix(line, prefix) {
+				got = append(got, line)
+			}
+		case <-deadline:
+			t.Fatalf("statsd line %q missing; got %q before it", last, got)
+		}
+	}
+}
+
+// Each gRPC ShouldRateLimit call is one timer line, as the peer's
+// interceptor sends it: whole milliseconds, type ms, sent once.
+func TestStatsdResponseTime(t *testing.T) {
+	l := listenUDP(t)
+	s := newService(t, peerFields, newClock(t0).optsWith(Options{PeerStats: true}))
+	c, _ := serveGRPC(t, s)
+	for range 3 {
+		call(t, c, request("shop", desc("plain", "x")))
+	}
+	sink, err := s.StartStatsd(StatsdOptions{Addr: l.conn.LocalAddr().String(), Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	line := regexp.MustCompile(`^ratelimit_server\.ShouldRateLimit\.response_time:(\d+)\|ms$`)
+	check := func(calls int, last string) {
+		t.Helper()
+		if err := sink.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		got := l.until(t, "ratelimit_server.ShouldRateLimit.response_time", last)
+		if len(got) != calls {
+			t.Fatalf("%d timer lines for %d calls: %q", len(got), calls, got)
+		}
+		for _, g := range got {
+			m := line.FindStringSubmatch(g)
+			if m == nil {
+				t.Fatalf("timer line %q", g)
+			}
+			// Each call was answered within call's 10 s deadline.
+			if ms, _ := strconv.Atoi(m[1]); ms > 10000 {
+				t.Errorf("response time %d ms", ms)
+			}
+		}
+	}
+	check(3, "ratelimit_server.ShouldRateLimit.total_requests:3|c")
+	call(t, c, request("shop", desc("plain", "x")))
+	check(1, "ratelimit_server.ShouldRateLimit.total_requests:1|c")
+}
+
+// Durations are sent in whole milliseconds, truncated, one line per call;
+// DogStatsD's client writes them with six decimals and the tags.
+func TestStatsdTimerValues(t *testing.T) {
+	for _, dog := range []bool{false, true} {
+		l := listenUDP(t)
+		s := newService(t, peerFields, newClock(t0).optsWith(Options{PeerStats: true}))
+		opts := StatsdOptions{Addr: l.conn.LocalAddr().String(), Interval: time.Hour}
+		suffix, tags := "|ms", ""
+		if dog {
+			opts.Dogstatsd, opts.Tags = true, map[string]string{"env": "test"}
+			suffix, tags = ".000000|ms", "|#env:test"
+		}
+		sink, err := s.StartStatsd(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range []time.Duration{999 * time.Microsecond, 0, 12*time.Millisecond + 900*time.Microsecond, 2500 * time.Millisecond, -time.Millisecond} {
+			s.peer.responseTime.add(d)
+		}
+		s.peer.requests.Add(5)
+		if err := sink.Close(); err != nil {
+			t.Fatal(err)
+		}
+		got := l.until(t, responseTimeName, "ratelimit_server.ShouldRateLimit.total_requests:5|c"+tags)
+		want := []string{"0", "0", "0", "12", "2500"}
+		for i := range want {
+			want[i] = responseTimeName + ":" + want[i] + suffix + tags
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("dogstatsd %v:\ngot  %q\nwant %q", dog, got, want)
 		}
 	}
 }
