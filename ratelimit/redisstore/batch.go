@@ -1,10 +1,10 @@
 package redisstore
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,6 +51,10 @@ type takeCall struct {
 	of     []int
 	ctrBuf [4]plainCounter
 	ofBuf  [4]int
+
+	// one holds the result of a batch of this call alone that sends
+	// one command (see doMultiInto).
+	one [1]rueidis.RedisResult
 
 	done chan takeResult // buffered: a batcher never blocks on it
 }
@@ -202,8 +206,12 @@ func (s *syncMode) runBatch(batch []*takeCall) {
 	}
 	// A call's fields are read only before the first answer: an answered
 	// call goes back to its caller.
-	var scripts, plains []*takeCall
-	var ncmds []int // per plain call, its number of commands
+	// Small batches (a lone caller's) keep the bookkeeping of plain calls
+	// on the stack.
+	var scripts []*takeCall
+	var plainBuf [8]*takeCall
+	var ncmdBuf [8]int
+	plains, ncmds := plainBuf[:0], ncmdBuf[:0] // ncmds: per plain call, its number of commands
 	nplain := 0
 	for _, c := range batch {
 		if c.plain {
@@ -215,10 +223,11 @@ func (s *syncMode) runBatch(batch []*takeCall) {
 		}
 	}
 	if s.cluster && len(scripts) > 1 {
-		sort.SliceStable(scripts, func(i, j int) bool { return scripts[i].slot < scripts[j].slot })
+		slices.SortStableFunc(scripts, func(a, b *takeCall) int { return cmp.Compare(a.slot, b.slot) })
 	}
-	var calls []call
-	var groups [][]*takeCall
+	var callBuf [1]call
+	var groupBuf [1][]*takeCall
+	calls, groups := callBuf[:0], groupBuf[:0]
 	for i := 0; i < len(scripts); {
 		j := i + 1
 		if s.cluster {
@@ -257,7 +266,8 @@ func (s *syncMode) runBatch(batch []*takeCall) {
 		groups = append(groups, g)
 		i = j
 	}
-	ops := make([]plainOp, 0, nplain)
+	var opBuf [8]plainOp
+	ops := opBuf[:0]
 	for _, c := range plains {
 		for i := range c.ctrs {
 			ops = append(ops, plainOp{c, i, 0})
@@ -270,8 +280,8 @@ func (s *syncMode) runBatch(batch []*takeCall) {
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
-	defer cancel()
+	ctx := newCallCtx(s.opts.Timeout)
+	defer ctx.release()
 	rc, err := s.c.conn(ctx)
 	if err != nil {
 		s.record(batch[0].now, err)
@@ -280,7 +290,7 @@ func (s *syncMode) runBatch(batch []*takeCall) {
 		}
 		return
 	}
-	res, trips := doMulti(ctx, rc, len(calls)+len(ops), func(j int) rueidis.Completed {
+	res, trips := doMultiInto(ctx, rc, &batch[0].one, len(calls)+len(ops), func(j int) rueidis.Completed {
 		if j < len(calls) {
 			return takeScript.evalsha(rc, calls[j].keys, calls[j].args)
 		}

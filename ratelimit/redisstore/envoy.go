@@ -31,7 +31,8 @@ func newEnvoyMode(st *Store) *envoyMode {
 	return &envoyMode{Store: st, loop: st.every(sweepInterval, st.sweep)}
 }
 
-func (s *envoyMode) take(ctx context.Context, r *ratelimit.Request, _ func(*ratelimit.Request) bool) (ratelimit.Decision, error) {
+func (s *envoyMode) take(ctx context.Context, rv ratelimit.Request, _ bool) (ratelimit.Decision, error) {
+	r := &rv
 	if !s.br.allow(r.Now) {
 		return s.refused(r)
 	}

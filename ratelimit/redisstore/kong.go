@@ -47,7 +47,8 @@ func newKongMode(st *Store) *kongMode {
 	return s
 }
 
-func (s *kongMode) take(ctx context.Context, r *ratelimit.Request, _ func(*ratelimit.Request) bool) (ratelimit.Decision, error) {
+func (s *kongMode) take(ctx context.Context, rv ratelimit.Request, _ bool) (ratelimit.Decision, error) {
+	r := &rv
 	if err := checkKong(r.Limits); err != nil {
 		return ratelimit.Decision{}, err
 	}

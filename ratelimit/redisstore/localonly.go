@@ -20,8 +20,8 @@ func newLocalMode(st *Store) *localMode {
 	return &localMode{Store: st, loop: st.every(sweepInterval, st.sweep)}
 }
 
-func (s *localMode) take(_ context.Context, r *ratelimit.Request, _ func(*ratelimit.Request) bool) (ratelimit.Decision, error) {
-	return s.local.take(r, false), nil
+func (s *localMode) take(_ context.Context, r ratelimit.Request, _ bool) (ratelimit.Decision, error) {
+	return s.local.take(&r, false), nil
 }
 
 func (s *localMode) read(_ context.Context, r *ratelimit.Request) ([]storekit.Counter, time.Time, error) {

@@ -49,8 +49,8 @@ func newPeriodicMode(st *Store) *periodicMode {
 	return s
 }
 
-func (s *periodicMode) take(_ context.Context, r *ratelimit.Request, _ func(*ratelimit.Request) bool) (ratelimit.Decision, error) {
-	return s.local.take(r, true), nil
+func (s *periodicMode) take(_ context.Context, r ratelimit.Request, _ bool) (ratelimit.Decision, error) {
+	return s.local.take(&r, true), nil
 }
 
 // read reads this node's counters: the totals of the last cycle plus the

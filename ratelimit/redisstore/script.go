@@ -146,6 +146,17 @@ func (sc *script) rerunNoScript(ctx context.Context, rc rueidis.Client, calls []
 	return n
 }
 
+// doMultiInto is doMulti, but a lone command is sent with Do and its
+// result put in one: rueidis' DoMulti allocates its results, Do does not.
+func doMultiInto(ctx context.Context, rc rueidis.Client, one *[1]rueidis.RedisResult, n int, build func(i int) rueidis.Completed) ([]rueidis.RedisResult, int) {
+	if n != 1 {
+		return doMulti(ctx, rc, n, build)
+	}
+	res, trips := do(ctx, rc, func() rueidis.Completed { return build(0) })
+	one[0] = res
+	return one[:], trips
+}
+
 // doMulti sends n commands in one pipeline, and again, on a fresh
 // connection, those that met a dead one. Only those: on Cluster a pipeline
 // is split by shard, and the commands of the other shards have run.

@@ -191,9 +191,10 @@ var (
 // requests and hands them over.
 type mode interface {
 	// take decides r: valid, with Cost and Now set, not a peek. plain
-	// reports the requests a synchronous store decides with plain
-	// commands (incr.go) rather than take.lua.
-	take(ctx context.Context, r *ratelimit.Request, plain func(*ratelimit.Request) bool) (ratelimit.Decision, error)
+	// reports whether a synchronous store decides it with plain commands
+	// (incr.go) rather than take.lua. r is passed by value, so that a
+	// mode that does not keep it decides without moving it to the heap.
+	take(ctx context.Context, r ratelimit.Request, plain bool) (ratelimit.Decision, error)
 	// read returns the counters of r as a decision now would see them,
 	// and the time it would be decided at.
 	read(ctx context.Context, r *ratelimit.Request) ([]storekit.Counter, time.Time, error)
@@ -303,12 +304,13 @@ func Open(cfg Config, opts Options) (*Store, error) {
 // With CallerClock unset and a synchronous sync rate, a request holding a
 // token bucket is decided on Redis' clock, not r.Now.
 func (s *Store) Take(ctx context.Context, r ratelimit.Request) (ratelimit.Decision, error) {
-	return s.take(ctx, r, allWindows)
+	return s.take(ctx, r, nil)
 }
 
 // take is Take; plain reports the requests of a synchronous store decided
-// with plain commands (incr.go) rather than take.lua: those of window
-// limits only, or none to run the script's window arithmetic (tests).
+// with plain commands (incr.go) rather than take.lua: nil for those of
+// window limits only (allWindows), or a func returning false to run the
+// script's window arithmetic (tests).
 func (s *Store) take(ctx context.Context, r ratelimit.Request, plain func(*ratelimit.Request) bool) (ratelimit.Decision, error) {
 	if s.closed.Load() {
 		return ratelimit.Decision{}, ratelimit.ErrClosed
@@ -331,11 +333,19 @@ func (s *Store) take(ctx context.Context, r ratelimit.Request, plain func(*ratel
 		}
 		r.Penalty = true
 	}
+	// The peek and the test's plain get copies of r: what they are given
+	// goes to the heap, and r stays on the stack on the way to the mode.
 	if r.Peek {
-		return s.peek(ctx, &r)
+		p := r
+		return s.peek(ctx, &p)
+	}
+	windows := allWindows(&r)
+	if plain != nil {
+		p := r
+		windows = plain(&p)
 	}
 	s.decisions.Add(1)
-	return s.mode.take(ctx, &r, plain)
+	return s.mode.take(ctx, r, windows)
 }
 
 // Sync runs one cycle at time now. With SyncRate > 0 it pushes the hits

@@ -48,8 +48,8 @@ func newSyncMode(st *Store) *syncMode {
 	return s
 }
 
-func (s *syncMode) take(ctx context.Context, r *ratelimit.Request, plain func(*ratelimit.Request) bool) (ratelimit.Decision, error) {
-	windows := plain(r)
+func (s *syncMode) take(ctx context.Context, rv ratelimit.Request, windows bool) (ratelimit.Decision, error) {
+	r := &rv
 	if !windows {
 		if err := checkExact(r, r.Cost); err != nil {
 			return ratelimit.Decision{}, err
