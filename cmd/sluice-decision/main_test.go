@@ -125,6 +125,7 @@ type service struct {
 	debug      string // "http://host:port" when the debug port is on
 	done       chan error
 	stderr     *syncBuffer
+	stdout     *syncBuffer
 }
 
 // syncBuffer is a bytes.Buffer the test may read while the process writes.
@@ -160,7 +161,7 @@ func startWith(t *testing.T, env []string, args ...string) *service {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &service{cmd: cmd, done: make(chan error, 1), stderr: &syncBuffer{}}
+	s := &service{cmd: cmd, done: make(chan error, 1), stderr: &syncBuffer{}, stdout: &syncBuffer{}}
 	cmd.Stderr = s.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -168,7 +169,7 @@ func startWith(t *testing.T, env []string, args ...string) *service {
 	addrs := make(chan [3]string, 1)
 	go func() {
 		var a [3]string
-		sc := bufio.NewScanner(stdout)
+		sc := bufio.NewScanner(io.TeeReader(stdout, s.stdout))
 		for sc.Scan() {
 			if v, ok := strings.CutPrefix(sc.Text(), "grpc listening on "); ok {
 				a[0] = v
@@ -181,7 +182,7 @@ func startWith(t *testing.T, env []string, args ...string) *service {
 				addrs <- a
 			}
 		}
-		_, _ = io.Copy(io.Discard, stdout)
+		_, _ = io.Copy(s.stdout, stdout)
 	}()
 	go func() { s.done <- cmd.Wait() }()
 	select {

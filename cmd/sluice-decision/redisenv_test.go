@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -81,7 +83,7 @@ func TestRedisAuthFromEnv(t *testing.T) {
 		cfg := filepath.Join(t.TempDir(), "config.yaml")
 		writeFile(t, cfg, config)
 		s := startWith(t, []string{"REDIS_SOCKET_TYPE=tcp", url, "REDIS_AUTH=s3cret-wrong"},
-			"-c", cfg, "-grpc", "127.0.0.1:0", "-http", "127.0.0.1:0")
+			"-c", cfg, "-grpc", "127.0.0.1:0", "-http", "127.0.0.1:0", "-debug", "127.0.0.1:0", "-admin-token", "s3cret-tok")
 		c, _ := s.client(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -91,8 +93,35 @@ func TestRedisAuthFromEnv(t *testing.T) {
 		waitFor(t, s, "an error naming REDIS_AUTH", func() bool {
 			return strings.Contains(s.stderr.String(), "setting=REDIS_AUTH")
 		})
-		if out := s.stderr.String(); strings.Contains(out, "s3cret") || !strings.Contains(out, "reason=wrongpass") || !strings.Contains(out, "level=ERROR") {
-			t.Errorf("log shows the password, or misses the reason or level:\n%s", out)
+		if out := s.stderr.String(); !strings.Contains(out, "reason=wrongpass") || !strings.Contains(out, "level=ERROR") {
+			t.Errorf("log misses the reason or level:\n%s", out)
+		}
+		// Every answer of the HTTP and debug ports, the logs and stdout:
+		// neither password nor admin token (both contain "s3cret").
+		captured := []string{s.stderr.String()}
+		for _, u := range []string{s.http + "/status", s.http + "/metrics", s.http + "/healthcheck",
+			s.http + "/rate-limiting/top", s.http + "/rate-limiting/counters?domain=d&key=k&value=wrong",
+			s.debug + "/", s.debug + "/rlconfig", s.debug + "/stats", s.debug + "/debug/pprof/cmdline"} {
+			req, _ := http.NewRequest("GET", u, nil)
+			req.Header.Set("Kong-Admin-Token", "s3cret-tok")
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode >= 500 && !strings.HasSuffix(u, "/healthcheck") && !strings.Contains(u, "counters") {
+				t.Errorf("GET %s: %d %s", u, res.StatusCode, b)
+			}
+			captured = append(captured, u+": "+string(b))
+		}
+		if !strings.Contains(captured[len(captured)-1], "-admin-token\x00xxxxx") {
+			t.Errorf("the debug port's cmdline does not show the token redacted: %q", captured[len(captured)-1])
+		}
+		logs := s.stop(t)
+		captured = append(captured, logs, s.stdout.String())
+		if all := strings.Join(captured, "\n"); strings.Contains(all, "s3cret") {
+			t.Errorf("a password or the token reached a log, stdout or an answer:\n%s", all)
 		}
 	})
 }

@@ -8,9 +8,11 @@ package adminauth
 
 import (
 	"crypto/subtle"
+	"errors"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 )
 
@@ -64,4 +66,19 @@ func IsLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// ReadTokenFile returns the token stored in the file at path, without the
+// white space around it (a trailing newline). An empty file is an error.
+// Errors name the file, never its content.
+func ReadTokenFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", errors.New("adminauth: reading the token file: " + err.Error())
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", errors.New("adminauth: the token file " + path + " is empty")
+	}
+	return tok, nil
 }

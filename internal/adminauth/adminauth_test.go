@@ -2,6 +2,9 @@ package adminauth
 
 import (
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -53,5 +56,25 @@ func TestIsLoopback(t *testing.T) {
 		if got := IsLoopback(addr); got != want {
 			t.Errorf("IsLoopback(%q) = %v, want %v", addr, got, want)
 		}
+	}
+}
+
+func TestReadTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	good, empty := filepath.Join(dir, "good"), filepath.Join(dir, "empty")
+	if err := os.WriteFile(good, []byte("  tok-s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if tok, err := ReadTokenFile(good); err != nil || tok != "tok-s3cret" {
+		t.Errorf("ReadTokenFile(good) = %q, %v", tok, err)
+	}
+	if _, err := ReadTokenFile(empty); err == nil || !strings.Contains(err.Error(), "is empty") {
+		t.Errorf("ReadTokenFile(empty): %v", err)
+	}
+	if _, err := ReadTokenFile(filepath.Join(dir, "none")); err == nil {
+		t.Error("ReadTokenFile of a missing file: no error")
 	}
 }

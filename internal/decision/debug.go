@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"sort"
 	"strings"
 )
@@ -34,11 +35,50 @@ func (s *Service) DebugHandler() http.Handler {
 		}
 	})
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/cmdline", func(w http.ResponseWriter, _ *http.Request) {
+		// pprof.Cmdline would print a token given on the command line.
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = io.WriteString(w, strings.Join(redactArgs(os.Args), "\x00"))
+	})
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
+}
+
+// redactArgs returns a copy of a command line with the value of every
+// flag whose name holds "token", "password" or "auth" (but not a "-file"
+// flag, whose value is a path) replaced by xxxxx, in both forms
+// "-name=value" and "-name value".
+func redactArgs(args []string) []string {
+	out := make([]string, len(args))
+	copy(out, args)
+	secret := func(name string) bool {
+		name = strings.ToLower(name)
+		return !strings.HasSuffix(name, "-file") &&
+			(strings.Contains(name, "token") || strings.Contains(name, "password") || strings.Contains(name, "auth"))
+	}
+	for i := 1; i < len(out); i++ {
+		a := out[i]
+		if a == "--" {
+			break
+		}
+		if !strings.HasPrefix(a, "-") {
+			continue
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !secret(name) {
+			continue
+		}
+		if hasValue {
+			out[i] = a[:strings.IndexByte(a, '=')+1] + "xxxxx"
+		} else if i+1 < len(out) {
+			i++
+			out[i] = "xxxxx"
+		}
+	}
+	return out
 }
 
 // Dump describes the configuration in use, one line per configured limit

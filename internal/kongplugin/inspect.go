@@ -80,10 +80,11 @@ func (p *Process) plugin(ref string) (inspectedPlugin, bool) {
 //	DELETE /rate-limiting/plugins/{id, instance_name or namespace}/counters/{identifier}
 //	GET    /rate-limiting/top?plugin=...&by=denied|requests&n=20
 //
-// A config is listed once Kong has sent it a request. Calls that change
-// state are refused from another browser origin. Serve it on loopback
-// only (ListenInspect refuses anything else): it has no token.
-func (p *Process) InspectHandler() http.Handler {
+// A config is listed once Kong has sent it a request. With a token, every
+// call must carry it in the Kong-Admin-Token header (401 otherwise); an
+// empty token leaves the calls open. Calls that change state are refused
+// from another browser origin.
+func (p *Process) InspectHandler(token string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /rate-limiting/plugins", func(w http.ResponseWriter, r *http.Request) {
 		list := []InspectedPlugin{}
@@ -164,7 +165,16 @@ func (p *Process) InspectHandler() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"data": out})
 	})
-	return mux
+	if token == "" {
+		return mux
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !adminauth.HasToken(r, token) {
+			writeJSON(w, http.StatusUnauthorized, map[string]any{"message": adminauth.UnauthorizedMessage})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 func inspectError(w http.ResponseWriter, err error) {
@@ -181,21 +191,22 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// ListenInspect serves InspectHandler on addr, a loopback address
-// ("127.0.0.1:9901"), until ctx ends. It returns once the listener is
+// ListenInspect serves InspectHandler(token) on addr until ctx ends. An
+// address reachable from other machines needs a token; a loopback one
+// ("127.0.0.1:9901") may do without. It returns once the listener is
 // open, with its address, or with the error that kept it from opening.
-func (p *Process) ListenInspect(ctx context.Context, addr string) (net.Addr, error) {
+func (p *Process) ListenInspect(ctx context.Context, addr, token string) (net.Addr, error) {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return nil, err
 	}
-	if !adminauth.IsLoopback(addr) {
-		return nil, errors.New("kongplugin: the inspect listener has no token: give a loopback address, not " + addr)
+	if token == "" && !adminauth.IsLoopback(addr) {
+		return nil, errors.New("kongplugin: the inspect listener " + addr + " is reachable from other machines: set -admin-token-file (SLUICE_ADMIN_TOKEN_FILE), or give a loopback address")
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: p.InspectHandler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: p.InspectHandler(token), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()

@@ -32,7 +32,7 @@ func TestInspectListener(t *testing.T) {
 	p, _ := newTestProcess(t, Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addr, err := p.ListenInspect(ctx, "127.0.0.1:0")
+	addr, err := p.ListenInspect(ctx, "127.0.0.1:0", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestInspectListener(t *testing.T) {
 	if k.Exit() != nil {
 		t.Fatalf("denied after reset: %+v", k.Exit())
 	}
-	if _, err := p.ListenInspect(ctx, "0.0.0.0:0"); err == nil {
+	if _, err := p.ListenInspect(ctx, "0.0.0.0:0", ""); err == nil {
 		t.Fatal("the inspect listener opened on a wildcard address")
 	}
 }

@@ -10,9 +10,13 @@ import (
 
 // ServeOptions configures Serve. The zero value serves the plugin alone.
 type ServeOptions struct {
-	// InspectListen, when set, is a loopback address on which the process
-	// serves InspectHandler (docs/kong-plugins.md).
+	// InspectListen, when set, is the address on which the process serves
+	// InspectHandler (docs/kong-plugins.md): a loopback one unless
+	// InspectToken is set.
 	InspectListen string
+	// InspectToken, when set, is the token every inspect call must carry
+	// in Kong-Admin-Token.
+	InspectToken string
 }
 
 // Serve runs the plugin server of one sluice plugin for Kong until Kong
@@ -28,9 +32,11 @@ func Serve(version string, priority int, newConfig func(*Process) any, o ServeOp
 	if f := flag.Lookup("dump"); o.InspectListen != "" && (f == nil || f.Value.String() != "true") {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		if _, err := p.ListenInspect(ctx, o.InspectListen); err != nil {
+		a, err := p.ListenInspect(ctx, o.InspectListen, o.InspectToken)
+		if err != nil {
 			return fmt.Errorf("kongplugin: inspect listener: %w", err)
 		}
+		p.log.Info("kongplugin: inspect listening", "addr", a.String(), "token", o.InspectToken != "")
 	}
 	return server.StartServer(func() any { return newConfig(p) }, version, priority)
 }
