@@ -240,3 +240,23 @@ func TestPluginServerHidesSecrets(t *testing.T) {
 		}
 	}
 }
+
+// sluice-concurrency's inspect listener takes the same token.
+func TestConcurrencyServerInspectToken(t *testing.T) {
+	const token = "conc-tok-s3cret"
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SLUICE_ADMIN_TOKEN_FILE", tokenFile)
+	s := startPluginServer(t, buildPlugin(t, "sluice-concurrency"), "-inspect-listen", "127.0.0.1:0")
+	if code, _ := s.call(t, "GET", "/rate-limiting/plugins", ""); code != http.StatusUnauthorized {
+		t.Errorf("without the token: %d, want 401", code)
+	}
+	if code, body := s.call(t, "GET", "/rate-limiting/plugins", token); code != http.StatusOK {
+		t.Errorf("with the token: %d %s, want 200", code, body)
+	}
+	if strings.Contains(s.logs(), token) {
+		t.Errorf("the token is in the log:\n%s", s.logs())
+	}
+}
