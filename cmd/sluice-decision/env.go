@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"regexp"
+	"regexp/syntax"
 	"strconv"
 	"strings"
 	"time"
@@ -75,8 +77,7 @@ var unsupportedEnv = []unsupported{
 	{env: "MEMCACHE_HOST_PORT", reason: "memcached is not implemented; use Redis or the memory store"},
 	{env: "MEMCACHE_SRV", reason: "memcached is not implemented; use Redis or the memory store"},
 	{env: "CONFIG_GRPC_XDS_SERVER_URL", ok: []string{"localhost:18000"}, reason: "xDS configuration is not implemented"},
-	{env: "USE_DOG_STATSD_MOGRIFIERS", reason: "DogStatsD mogrifiers are not implemented; tags come from EXTRA_TAGS only"},
-	{env: "DOG_STATSD_MOGRIFIERS", reason: "DogStatsD mogrifiers are not implemented; tags come from EXTRA_TAGS only"},
+	{env: "DOG_STATSD_MOGRIFIERS", warn: true, reason: "envoyproxy/ratelimit reads its list of mogrifiers from USE_DOG_STATSD_MOGRIFIERS, and so does sluice"},
 	{env: "GRPC_CLIENT_TLS_SAN", reason: "client certificates are checked against -grpc-client-ca only, not a SAN"},
 	{env: "EXPIRATION_JITTER_MAX_SECONDS", ok: []string{"300"}, warn: true, reason: "sluice's stores expire keys at the end of their window"},
 	{env: "REDIS_POOL_SIZE", ok: []string{"10"}, warn: true, reason: "sluice's Redis client pipelines over few connections and sizes itself"},
@@ -152,6 +153,15 @@ func applyEnv(f *flags, fs *flag.FlagSet, set map[string]bool, getenv func(strin
 		} else if h, hasHost := lookup(getenv, "DEBUG_HOST"); hasHost {
 			f.debugListen = net.JoinHostPort(h, "6070")
 		}
+	}
+	if _, ok := lookup(getenv, "USE_DOG_STATSD_MOGRIFIERS"); ok && !f.dogstatsd {
+		f.warnings = append(f.warnings, "USE_DOG_STATSD_MOGRIFIERS is set without USE_DOG_STATSD=true: ignored, as envoyproxy/ratelimit ignores it (plain statsd has no tags)")
+	} else if ok {
+		ms, err := mogrifiersEnv(getenv)
+		if err != nil {
+			return err
+		}
+		f.mogrifiers = ms
 	}
 	if !set["statsd"] {
 		addr, err := statsdEnv(getenv)
@@ -399,6 +409,55 @@ func statsdEnv(getenv func(string) (string, bool)) (string, error) {
 		return "", fmt.Errorf("STATSD_PORT=%q: expected a port number", port)
 	}
 	return net.JoinHostPort(host, port), nil
+}
+
+// mogrifiersEnv reads envoyproxy/ratelimit's DogStatsD mogrifiers:
+// USE_DOG_STATSD_MOGRIFIERS lists their names, comma-separated, in the
+// order they are tried; for each NAME (upper-cased),
+// DOG_STATSD_MOGRIFIER_NAME_PATTERN is a regular expression,
+// DOG_STATSD_MOGRIFIER_NAME_NAME the name sent and
+// DOG_STATSD_MOGRIFIER_NAME_TAGS optional k1:v1,k2:v2 tags
+// (docs/decision-service.md, "DogStatsD mogrifiers").
+func mogrifiersEnv(getenv func(string) (string, bool)) ([]decision.Mogrifier, error) {
+	list, _ := lookup(getenv, "USE_DOG_STATSD_MOGRIFIERS")
+	names := strings.Split(list, ",")
+	for i, name := range names {
+		if names[i] = strings.TrimSpace(name); names[i] == "" {
+			return nil, fmt.Errorf("USE_DOG_STATSD_MOGRIFIERS=%q: empty mogrifier name; want NAME1,NAME2", list)
+		}
+	}
+	var out []decision.Mogrifier
+	for _, name := range names {
+		prefix := "DOG_STATSD_MOGRIFIER_" + strings.ToUpper(name)
+		pattern, ok := lookup(getenv, prefix+"_PATTERN")
+		if !ok {
+			return nil, fmt.Errorf("%s_PATTERN is not set: USE_DOG_STATSD_MOGRIFIERS names %s, which needs a pattern", prefix, name)
+		}
+		re, err := regexp.Compile(pattern)
+		if err != nil {
+			var se *syntax.Error
+			if errors.As(err, &se) {
+				err = fmt.Errorf("%s in %q", se.Code, se.Expr)
+			}
+			return nil, fmt.Errorf("%s_PATTERN=%q: not a regular expression (Go RE2 syntax): %v", prefix, pattern, err)
+		}
+		m := decision.Mogrifier{Pattern: re}
+		if m.Name, ok = lookup(getenv, prefix+"_NAME"); !ok {
+			return nil, fmt.Errorf("%s_NAME is not set: USE_DOG_STATSD_MOGRIFIERS names %s, which needs the name to send", prefix, name)
+		}
+		if tags, ok := lookup(getenv, prefix+"_TAGS"); ok {
+			m.Tags = map[string]string{}
+			for _, kv := range strings.Split(tags, ",") {
+				parts := strings.Split(strings.TrimSpace(kv), ":")
+				if len(parts) != 2 || parts[0] == "" || parts[1] == "" {
+					return nil, fmt.Errorf("%s_TAGS=%q: %q is not key:value (each tag is one key and one value, neither empty, without ':' or ',' inside)", prefix, tags, kv)
+				}
+				m.Tags[parts[0]] = parts[1]
+			}
+		}
+		out = append(out, m)
+	}
+	return out, nil
 }
 
 // splitAuth reads "password" or "user:password".

@@ -50,7 +50,7 @@ func command(t *testing.T, args ...string) *exec.Cmd {
 func hermeticEnv() []string {
 	read := map[string]bool{"HOST": true, "PORT": true, "GRPC_HOST": true, "GRPC_PORT": true, "GRPC_UDS": true, "DEBUG_HOST": true,
 		"DEBUG_PORT": true, "LOG_LEVEL": true, "BACKEND_TYPE": true, "DISABLE_STATS": true, "USE_STATSD": true, "STATSD_HOST": true,
-		"STATSD_PORT": true, "CACHE_KEY_PREFIX": true}
+		"STATSD_PORT": true, "CACHE_KEY_PREFIX": true, "USE_DOG_STATSD_MOGRIFIERS": true}
 	for _, e := range envFlags {
 		read[e.env] = true
 	}
@@ -60,7 +60,7 @@ func hermeticEnv() []string {
 	var out []string
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
-		if !read[name] && !strings.HasPrefix(name, "REDIS_") && !strings.HasPrefix(name, "RUNTIME_") && !strings.HasPrefix(name, "GRPC_") {
+		if !read[name] && !strings.HasPrefix(name, "REDIS_") && !strings.HasPrefix(name, "RUNTIME_") && !strings.HasPrefix(name, "GRPC_") && !strings.HasPrefix(name, "DOG_STATSD_MOGRIFIER_") {
 			out = append(out, kv)
 		}
 	}

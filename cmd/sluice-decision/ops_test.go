@@ -12,7 +12,9 @@ import (
 	"math/big"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -225,4 +227,119 @@ func TestRedisFromEnv(t *testing.T) {
 	waitFor(t, a, "the conflicting file is rejected", func() bool {
 		return strings.Contains(a.stderr.String(), "the store is set by the environment")
 	})
+}
+
+// envoyproxy/ratelimit's DogStatsD mogrifiers, from its README's HITS
+// example: the per-limit statistics reach a real UDP listener renamed and
+// tagged, after EXTRA_TAGS; the rest keep their names.
+func TestDogstatsdMogrifiersFromEnv(t *testing.T) {
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, cfg, config)
+	port := strconv.Itoa(udp.LocalAddr().(*net.UDPAddr).Port)
+	s := startWith(t, []string{"USE_DOG_STATSD=true", "STATSD_HOST=127.0.0.1", "STATSD_PORT=" + port, "STATS_FLUSH_INTERVAL=20ms",
+		"EXTRA_TAGS=env:test", "USE_DOG_STATSD_MOGRIFIERS=hits, TIMER",
+		`DOG_STATSD_MOGRIFIER_HITS_PATTERN=^ratelimit\.service\.rate_limit\.([^.]+)\.(.*)\.([^.]+)$`,
+		"DOG_STATSD_MOGRIFIER_HITS_NAME=ratelimit.service.rate_limit.$3",
+		"DOG_STATSD_MOGRIFIER_HITS_TAGS=domain:$1,descriptor:$2",
+		`DOG_STATSD_MOGRIFIER_TIMER_PATTERN=^ratelimit_server\.(\w+)\.response_time$`,
+		"DOG_STATSD_MOGRIFIER_TIMER_NAME=ratelimit_server.response_time",
+		"DOG_STATSD_MOGRIFIER_TIMER_TAGS=method:$1",
+	}, "-c", cfg, "-grpc", "127.0.0.1:0", "-http", "127.0.0.1:0")
+	rls, _ := s.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for range 3 {
+		if _, err := decideOnce(ctx, rls, "d", "k", "v"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Counters may arrive split over flushes; sum them by name and tags.
+	want := map[string]int{
+		"ratelimit.service.rate_limit.total_hits|c|#env:test,descriptor:k,domain:d":   3,
+		"ratelimit.service.rate_limit.within_limit|c|#env:test,descriptor:k,domain:d": 2,
+		"ratelimit.service.rate_limit.over_limit|c|#env:test,descriptor:k,domain:d":   1,
+		"ratelimit_server.ShouldRateLimit.total_requests|c|#env:test":                 3,
+		"ratelimit_server.response_time|ms|#env:test,method:ShouldRateLimit":          3,
+	}
+	timer := regexp.MustCompile(`^ratelimit_server\.response_time:\d+\.000000\|ms\|#env:test,method:ShouldRateLimit$`)
+	sums := map[string]int{}
+	buf := make([]byte, 65536)
+	_ = udp.SetReadDeadline(time.Now().Add(20 * time.Second))
+	for !reached(want, sums) {
+		n, _, err := udp.ReadFromUDP(buf)
+		if err != nil {
+			t.Fatalf("statsd: %v; sums %v", err, sums)
+		}
+		for _, line := range strings.Split(string(buf[:n]), "\n") {
+			name, rest, _ := strings.Cut(line, ":")
+			v, kind, _ := strings.Cut(rest, "|")
+			if strings.HasPrefix(name, "ratelimit.service.rate_limit.d") {
+				t.Fatalf("not mogrified: %q", line)
+			}
+			if strings.HasPrefix(kind, "ms") {
+				if !timer.MatchString(line) {
+					t.Fatalf("timer line %q", line)
+				}
+				v = "1"
+			}
+			c, _ := strconv.Atoi(v)
+			if _, ok := want[name+"|"+kind]; ok {
+				sums[name+"|"+kind] += c
+			}
+		}
+	}
+}
+
+// reached reports whether every count in want has been reached in got.
+func reached(want, got map[string]int) bool {
+	for k, w := range want {
+		if got[k] < w {
+			return false
+		}
+	}
+	return true
+}
+
+// A mogrifier that cannot be built stops the service at start, naming the
+// variable; one without DogStatsD is ignored with a warning, as the peer
+// ignores it.
+func TestMogrifierEnvErrors(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, cfg, config)
+	dog := []string{"USE_DOG_STATSD=true", "STATSD_PORT=9"}
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"USE_DOG_STATSD_MOGRIFIERS=A,"}, `USE_DOG_STATSD_MOGRIFIERS="A,": empty mogrifier name`},
+		{[]string{"USE_DOG_STATSD_MOGRIFIERS=a"}, "DOG_STATSD_MOGRIFIER_A_PATTERN is not set: USE_DOG_STATSD_MOGRIFIERS names a"},
+		{[]string{"USE_DOG_STATSD_MOGRIFIERS=A", "DOG_STATSD_MOGRIFIER_A_PATTERN=^(ratelimit"},
+			`DOG_STATSD_MOGRIFIER_A_PATTERN="^(ratelimit": not a regular expression (Go RE2 syntax): missing closing ) in "^(ratelimit"`},
+		{[]string{"USE_DOG_STATSD_MOGRIFIERS=A", "DOG_STATSD_MOGRIFIER_A_PATTERN=(?<=x)y", "DOG_STATSD_MOGRIFIER_A_NAME=n"},
+			`DOG_STATSD_MOGRIFIER_A_PATTERN="(?<=x)y": not a regular expression (Go RE2 syntax)`},
+		{[]string{"USE_DOG_STATSD_MOGRIFIERS=A", "DOG_STATSD_MOGRIFIER_A_PATTERN=x"}, "DOG_STATSD_MOGRIFIER_A_NAME is not set"},
+		{[]string{"USE_DOG_STATSD_MOGRIFIERS=A", "DOG_STATSD_MOGRIFIER_A_PATTERN=x", "DOG_STATSD_MOGRIFIER_A_NAME=n", "DOG_STATSD_MOGRIFIER_A_TAGS=url:http://x"},
+			`DOG_STATSD_MOGRIFIER_A_TAGS="url:http://x": "url:http://x" is not key:value`},
+		{[]string{"USE_DOG_STATSD_MOGRIFIERS=A", "DOG_STATSD_MOGRIFIER_A_PATTERN=x", "DOG_STATSD_MOGRIFIER_A_NAME=n", "DOG_STATSD_MOGRIFIER_A_TAGS=domain:"},
+			`DOG_STATSD_MOGRIFIER_A_TAGS="domain:": "domain:" is not key:value`},
+	} {
+		cmd := command(t, "-c", cfg, "-check")
+		cmd.Env = append(append(cmd.Env, dog...), tc.env...)
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%q: %v\n%s\nwant %s", tc.env, err, out, tc.want)
+		}
+	}
+	cmd := command(t, "-c", cfg, "-check")
+	cmd.Env = append(cmd.Env, "USE_DOG_STATSD_MOGRIFIERS=A", "DOG_STATSD_MOGRIFIERS=A")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "USE_DOG_STATSD_MOGRIFIERS is set without USE_DOG_STATSD=true: ignored") ||
+		!strings.Contains(string(out), `DOG_STATSD_MOGRIFIERS=\"A\" is not supported: envoyproxy/ratelimit reads its list of mogrifiers from USE_DOG_STATSD_MOGRIFIERS`) {
+		t.Errorf("mogrifiers without DogStatsD: %v\n%s", err, out)
+	}
 }

@@ -64,6 +64,7 @@ type flags struct {
 	statsdInterval  time.Duration
 	dogstatsd       bool
 	statsdTags      string
+	mogrifiers      []decision.Mogrifier // from USE_DOG_STATSD_MOGRIFIERS
 	debugListen     string
 	grpcCert        string
 	grpcKey         string
@@ -387,7 +388,7 @@ func serve(ctx context.Context, f *flags, hup <-chan os.Signal, log *slog.Logger
 		if err != nil {
 			return err
 		}
-		sink, err := svc.StartStatsd(decision.StatsdOptions{Addr: f.statsd, Interval: f.statsdInterval, Dogstatsd: f.dogstatsd, Tags: tags})
+		sink, err := svc.StartStatsd(decision.StatsdOptions{Addr: f.statsd, Interval: f.statsdInterval, Dogstatsd: f.dogstatsd, Tags: tags, Mogrifiers: f.mogrifiers})
 		if err != nil {
 			return err
 		}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,6 +25,75 @@ type StatsdOptions struct {
 	// EXTRA_TAGS.
 	Dogstatsd bool
 	Tags      map[string]string
+	// Mogrifiers rename statistics for DogStatsD and tag them:
+	// envoyproxy/ratelimit's USE_DOG_STATSD_MOGRIFIERS. Each statistic
+	// takes the first one whose Pattern matches its name; the rest are
+	// sent as named. They need Dogstatsd.
+	Mogrifiers []Mogrifier
+}
+
+// A Mogrifier rewrites the name of each statistic that Pattern matches
+// and tags it, as envoyproxy/ratelimit's DOG_STATSD_MOGRIFIER_<NAME>_PATTERN,
+// _NAME and _TAGS do. In Name and in the values of Tags, $N stands for the
+// match's Nth group ($0 the whole match, an unmatched group the empty
+// string); a $N past the last group stays as written. The tags follow
+// StatsdOptions.Tags, in key order.
+type Mogrifier struct {
+	// Pattern is searched for anywhere in the name; anchor it with ^ and $
+	// to match the whole name.
+	Pattern *regexp.Regexp
+	Name    string
+	Tags    map[string]string
+}
+
+// mogrify returns name rewritten by the first of ms that matches, and its
+// tags as DogStatsD's k:v items; name itself and no tags when none does.
+func mogrify(ms []Mogrifier, name string) (string, []string) {
+	for _, m := range ms {
+		match := m.Pattern.FindStringSubmatch(name)
+		if match == nil {
+			continue
+		}
+		keys := make([]string, 0, len(m.Tags))
+		for k := range m.Tags {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		tags := make([]string, len(keys))
+		for i, k := range keys {
+			tags[i] = k + ":" + expandGroups(m.Tags[k], match)
+		}
+		return expandGroups(m.Name, match), tags
+	}
+	return name, nil
+}
+
+// expandGroups replaces each $N in tmpl (N all the digits that follow the
+// $) with match[N], leaving it as written when there is no group N. Unlike
+// regexp.Expand, "$1a" is group 1 followed by "a", and ${1} is literal.
+func expandGroups(tmpl string, match []string) string {
+	if !strings.Contains(tmpl, "$") {
+		return tmpl
+	}
+	var b strings.Builder
+	for i := 0; i < len(tmpl); {
+		j := i + 1
+		for tmpl[i] == '$' && j < len(tmpl) && tmpl[j] >= '0' && tmpl[j] <= '9' {
+			j++
+		}
+		if j == i+1 {
+			b.WriteByte(tmpl[i])
+			i++
+			continue
+		}
+		if n, err := strconv.Atoi(tmpl[i+1 : j]); err == nil && n < len(match) {
+			b.WriteString(match[n])
+		} else {
+			b.WriteString(tmpl[i:j])
+		}
+		i = j
+	}
+	return b.String()
 }
 
 // A StatsdSink sends a Service's envoyproxy/ratelimit statistics (see
@@ -34,15 +105,17 @@ type StatsdOptions struct {
 // 1432 bytes, as gostats sends them. It runs one goroutine, stopped by
 // Close.
 type StatsdSink struct {
-	svc   *Service
-	conn  net.Conn
-	tags  string
-	every time.Duration
+	svc        *Service
+	conn       net.Conn
+	extraTags  []string // EXTRA_TAGS as k:v, sorted
+	mogrifiers []Mogrifier
+	every      time.Duration
 
 	mu        sync.Mutex // serializes flushes
 	sent      map[string]uint64
 	sentTimes map[uint64]uint64 // response times sent, by ms
 	dog       bool
+	names     map[string]sentName // by statistic name
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -61,11 +134,19 @@ func (s *Service) StartStatsd(opts StatsdOptions) (*StatsdSink, error) {
 	if len(opts.Tags) > 0 && !opts.Dogstatsd {
 		return nil, errors.New("decision: statsd tags need DogStatsD")
 	}
+	if len(opts.Mogrifiers) > 0 && !opts.Dogstatsd {
+		return nil, errors.New("decision: statsd mogrifiers need DogStatsD")
+	}
+	for i, m := range opts.Mogrifiers {
+		if m.Pattern == nil {
+			return nil, fmt.Errorf("decision: statsd mogrifier %d has no pattern", i)
+		}
+	}
 	conn, err := net.Dial("udp", opts.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("decision: statsd %s: %w", opts.Addr, err)
 	}
-	k := &StatsdSink{svc: s, conn: conn, every: opts.Interval, sent: map[string]uint64{}, sentTimes: map[uint64]uint64{}, dog: opts.Dogstatsd, stop: make(chan struct{}), done: make(chan struct{})}
+	k := &StatsdSink{svc: s, conn: conn, every: opts.Interval, sent: map[string]uint64{}, sentTimes: map[uint64]uint64{}, names: map[string]sentName{}, dog: opts.Dogstatsd, stop: make(chan struct{}), done: make(chan struct{})}
 	if k.every <= 0 {
 		k.every = 10 * time.Second
 	}
@@ -75,18 +156,32 @@ func (s *Service) StartStatsd(opts StatsdOptions) (*StatsdSink, error) {
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		var b strings.Builder
-		b.WriteString("|#")
-		for i, n := range names {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			b.WriteString(n + ":" + opts.Tags[n])
+		for _, n := range names {
+			k.extraTags = append(k.extraTags, n+":"+opts.Tags[n])
 		}
-		k.tags = b.String()
 	}
+	k.mogrifiers = opts.Mogrifiers
 	go k.run()
 	return k, nil
+}
+
+// A sentName is how a statistic is written: its name as sent and the
+// DogStatsD tags that follow its type ("|#k:v,..." or "").
+type sentName struct{ name, tags string }
+
+// sendAs returns how the statistic name is written, mogrified and tagged.
+// Calls hold k.mu.
+func (k *StatsdSink) sendAs(name string) sentName {
+	if sn, ok := k.names[name]; ok {
+		return sn
+	}
+	out, tags := mogrify(k.mogrifiers, name)
+	sn := sentName{name: out}
+	if all := append(slices.Clip(k.extraTags), tags...); len(all) > 0 {
+		sn.tags = "|#" + strings.Join(all, ",")
+	}
+	k.names[name] = sn
+	return sn
 }
 
 // timerEvery is how often gostats sends its buffered timer lines.
@@ -150,7 +245,8 @@ func (k *StatsdSink) flush(counters bool) error {
 		if k.dog {
 			v += ".000000"
 		}
-		line := responseTimeName + ":" + v + "|ms" + k.tags
+		sn := k.sendAs(responseTimeName)
+		line := sn.name + ":" + v + "|ms" + sn.tags
 		for range d {
 			addLine(line)
 		}
@@ -162,7 +258,8 @@ func (k *StatsdSink) flush(counters bool) error {
 				continue
 			}
 			k.sent[st.Name] = st.Value
-			addLine(st.Name + ":" + strconv.FormatUint(d, 10) + "|c" + k.tags)
+			sn := k.sendAs(st.Name)
+			addLine(sn.name + ":" + strconv.FormatUint(d, 10) + "|c" + sn.tags)
 		}
 	}
 	send()

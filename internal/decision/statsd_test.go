@@ -1,6 +1,7 @@
 package decision
 
 import (
+	"context"
 	"io"
 	"net"
 	"net/http/httptest"
@@ -10,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 )
 
 // udpListener collects statsd lines from a real UDP socket.
@@ -245,6 +248,71 @@ func TestStatsdTimerValues(t *testing.T) {
 		}
 		if !slices.Equal(got, want) {
 			t.Errorf("dogstatsd %v:\ngot  %q\nwant %q", dog, got, want)
+		}
+	}
+}
+
+// Mogrifiers rename and tag statistics as envoyproxy/ratelimit's README
+// example does (its HITS mogrifier), the first match winning; the tags
+// follow EXTRA_TAGS; a statistic no pattern matches is sent as named.
+func TestDogstatsdMogrifiers(t *testing.T) {
+	l := listenUDP(t)
+	s := newService(t, peerFields, newClock(t0).optsWith(Options{PeerStats: true}))
+	for _, r := range []*rlspb.RateLimitRequest{request("shop", desc("plain", "x")), request("shop", desc("tenant", "acme", "plan", "gold"))} {
+		if _, err := s.Decide(context.Background(), r, t0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.peer.responseTime.add(12 * time.Millisecond)
+	s.peer.requests.Add(1)
+	sink, err := s.StartStatsd(StatsdOptions{Addr: l.conn.LocalAddr().String(), Interval: time.Hour, Dogstatsd: true,
+		Tags: map[string]string{"env": "test"},
+		Mogrifiers: []Mogrifier{
+			{Pattern: regexp.MustCompile(`^ratelimit\.service\.rate_limit\.(shop)\.plain\.within_limit$`), Name: "$1.plain_ok.$9"},
+			{Pattern: regexp.MustCompile(`^ratelimit\.service\.rate_limit\.([^.]+)\.(.*)\.([^.]+)$`), Name: "ratelimit.service.rate_limit.$3",
+				Tags: map[string]string{"domain": "$1", "descriptor": "$2"}},
+			{Pattern: regexp.MustCompile(`server\.(\w+)\.response`), Name: "rls.$0", Tags: map[string]string{"method": "$1"}},
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := l.collect(t,
+		"ratelimit.service.rate_limit.total_hits:1|c|#env:test,descriptor:plain,domain:shop",
+		"ratelimit.service.rate_limit.total_hits:1|c|#env:test,descriptor:tenant_acme.plan_gold,domain:shop",
+		"ratelimit.service.rate_limit.within_limit:1|c|#env:test,descriptor:tenant_acme.plan_gold,domain:shop",
+		"shop.plain_ok.$9:1|c|#env:test",
+		"rls.server.ShouldRateLimit.response:12.000000|ms|#env:test,method:ShouldRateLimit",
+		"ratelimit_server.ShouldRateLimit.total_requests:1|c|#env:test",
+	)
+	for line := range got {
+		if strings.HasPrefix(line, "ratelimit.service.rate_limit.shop.") {
+			t.Errorf("not mogrified: %q", line)
+		}
+	}
+	if _, err := s.StartStatsd(StatsdOptions{Addr: l.conn.LocalAddr().String(), Mogrifiers: []Mogrifier{{Pattern: regexp.MustCompile(`.`)}}}); err == nil {
+		t.Error("mogrifiers without DogStatsD")
+	}
+}
+
+func TestExpandGroups(t *testing.T) {
+	match := []string{"a.b", "a", "b", ""}
+	for tmpl, want := range map[string]string{
+		"":                      "",
+		"x.$1":                  "x.a",
+		"$0":                    "a.b",
+		"$1a":                   "aa",
+		"${1}":                  "${1}",
+		"$$1":                   "$a",
+		"$3.$2":                 ".b",
+		"$4 $10 $":              "$4 $10 $",
+		"$01":                   "a",
+		"$99999999999999999999": "$99999999999999999999",
+	} {
+		if got := expandGroups(tmpl, match); got != want {
+			t.Errorf("expandGroups(%q) = %q, want %q", tmpl, got, want)
 		}
 	}
 }
