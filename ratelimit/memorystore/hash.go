@@ -71,16 +71,17 @@ func (s *Store) keyHash(key string) (h1, h2 uint64) {
 		}
 		return mulmod(c, k1) + l<<44, mulmod(c, k2) + l<<44
 	}
-	// The last chunk, 1 to 7 bytes: the key's last 8 bytes shifted down.
-	last := binary.LittleEndian.Uint64(b[len(b)-8:]) >> (64 - 8*((l-1)%7+1))
 	if l >= longKey {
 		h1, h2 = mulmod(l, k1), mulmod(l, k2)
 		l = longKey
 	}
-	for ; len(b) > 7; b = b[7:] { // every chunk but the last
-		c := binary.LittleEndian.Uint64(b) & (1<<56 - 1)
+	rest := b
+	for ; len(rest) > 7; rest = rest[7:] { // every chunk but the last
+		c := binary.LittleEndian.Uint64(rest) & (1<<56 - 1)
 		h1, h2 = mulmod(h1+c, k1), mulmod(h2+c, k2)
 	}
+	// The last chunk, the last 1 to 7 bytes: the key's last 8 shifted down.
+	last := binary.LittleEndian.Uint64(b[len(b)-8:]) >> ((64 - 8*len(rest)) & 63)
 	return mulmod(h1+last, k1) + l<<44, mulmod(h2+last, k2) + l<<44
 }
 

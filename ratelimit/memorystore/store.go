@@ -278,17 +278,11 @@ func (s *Store) Allow(_ context.Context, r ratelimit.Request) (bool, error) {
 // this module.
 func (s *Store) AllowChecked(key string, limits access.Checked[ratelimit.Limit], now int64, penalty bool) (bool, error) {
 	ls := limits.Limits()
-	if len(ls) == 1 && !s.closed.Load() {
-		if allowed, ok := s.allowOne(key, ls, now, penalty); ok {
-			return allowed, nil
-		}
+	if len(ls) != 1 || s.closed.Load() {
+		return s.allowChecked(key, ls, now, penalty)
 	}
-	return s.Allow(context.Background(), ratelimit.Request{Key: key, Limits: ls, Cost: 1, Now: time.Unix(0, now), Penalty: penalty, AllowOnly: true})
-}
-
-// allowOne is allowExisting for a call of cost 1 against one valid limit,
-// ls[0], at now (Unix ns).
-func (s *Store) allowOne(key string, ls []ratelimit.Limit, now int64, penalty bool) (allowed, ok bool) {
+	// One limit: decided in place when its counter exists, as
+	// allowExisting does.
 	l := &ls[0]
 	h1, h2 := s.keyHash(key)
 	k := fingerprintOf(h1, h2, storekit.CounterID(*l))
@@ -297,11 +291,11 @@ func (s *Store) allowOne(key string, ls []ratelimit.Limit, now int64, penalty bo
 	p := sh.find(k)
 	if p < 0 {
 		sh.mu.Unlock()
-		return false, false
+		return s.allowChecked(key, ls, now, penalty)
 	}
 	was := sh.counter(p)
 	c := was
-	allowed = storekit.TryAllowOne(l, &c, 1, now) || applyOne(key, ls, now, penalty, &c)
+	allowed := storekit.TryAllowOne(l, &c, 1, now) || applyOne(key, ls, now, penalty, &c)
 	switch {
 	case c == was:
 	case c.Start != was.Start || c.Next != was.Next: // the expiry follows them
@@ -310,11 +304,17 @@ func (s *Store) allowOne(key string, ls []ratelimit.Limit, now int64, penalty bo
 		sh.tab[p].e.cur, sh.tab[p].e.prev = c.Cur, c.Prev
 	}
 	sh.mu.Unlock()
-	return allowed, true
+	return allowed, nil
 }
 
-// applyOne is allowOne's call of storekit.Apply, for a call TryAllowOne
-// did not allow; apart, so that allowOne's frame stays small.
+// allowChecked is AllowChecked through Allow.
+func (s *Store) allowChecked(key string, ls []ratelimit.Limit, now int64, penalty bool) (bool, error) {
+	return s.Allow(context.Background(), ratelimit.Request{Key: key, Limits: ls, Cost: 1, Now: time.Unix(0, now), Penalty: penalty, AllowOnly: true})
+}
+
+// applyOne is AllowChecked's call of storekit.Apply, for a call
+// TryAllowOne did not allow; apart, so that AllowChecked's frame stays
+// small.
 func applyOne(key string, ls []ratelimit.Limit, now int64, penalty bool, c *storekit.Counter) bool {
 	r := ratelimit.Request{Key: key, Limits: ls, Cost: 1, Now: time.Unix(0, now), Penalty: penalty, AllowOnly: true}
 	return storekit.Apply(&r, unsafe.Slice(c, 1)).Allowed
