@@ -68,3 +68,33 @@ func TestNonLoopbackHTTPWithoutToken(t *testing.T) {
 		t.Fatalf("warning with a token set:\n%s", logs)
 	}
 }
+
+// SLUICE_ADMIN_TOKEN_FILE (-admin-token-file) reads the token from a file,
+// so it is not on the command line.
+func TestAdminTokenFile(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, cfg, config)
+	tok := filepath.Join(t.TempDir(), "token")
+	writeFile(t, tok, "s3cret-file-tok\n")
+	s := startWith(t, []string{"SLUICE_ADMIN_TOKEN_FILE=" + tok}, "-c", cfg, "-grpc", "127.0.0.1:0", "-http", "127.0.0.1:0")
+	if code, _ := s.get(t, "/rate-limiting/top"); code != http.StatusUnauthorized {
+		t.Fatalf("top without the token: %d, want 401", code)
+	}
+	req, _ := http.NewRequest("GET", s.http+"/rate-limiting/top", nil)
+	req.Header.Set("Kong-Admin-Token", "s3cret-file-tok")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("top with the token: %d, want 200", res.StatusCode)
+	}
+	if logs := s.stop(t); strings.Contains(logs, "s3cret-file-tok") {
+		t.Fatalf("logs hold the token:\n%s", logs)
+	}
+	out, err := command(t, "-c", cfg, "-check", "-admin-token", "x", "-admin-token-file", tok).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "-admin-token and -admin-token-file: give one") {
+		t.Errorf("both token flags: %v\n%s", err, out)
+	}
+}

@@ -55,6 +55,7 @@ var envFlags = []struct{ env, flag string }{
 	{"GRPC_MAX_CONNECTION_AGE", "grpc-max-connection-age"},
 	{"GRPC_MAX_CONNECTION_AGE_GRACE", "grpc-max-connection-age-grace"},
 	{"SLUICE_ADMIN_TOKEN", "admin-token"},
+	{"SLUICE_ADMIN_TOKEN_FILE", "admin-token-file"},
 }
 
 // An unsupported variable: fine when its value is one of ok (compared

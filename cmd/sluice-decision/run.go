@@ -60,6 +60,7 @@ type flags struct {
 	envoyKeys       bool
 	countDenied     bool
 	adminToken      string
+	adminTokenFile  string
 	statsd          string
 	statsdInterval  time.Duration
 	dogstatsd       bool
@@ -124,6 +125,7 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	fs.StringVar(&f.resetHeader, "reset-header", "RateLimit-Reset", "LIMIT_RESET_HEADER: the `name` of the reset header")
 	fs.Float64Var(&f.nearLimitRatio, "near-limit-ratio", 0.8, "NEAR_LIMIT_RATIO: the share of a limit above which hits count as near_limit (0 to 1)")
 	fs.StringVar(&f.adminToken, "admin-token", "", "SLUICE_ADMIN_TOKEN: `token` the counters calls (GET and DELETE /rate-limiting/counters, GET /rate-limiting/top) must carry in Kong-Admin-Token; empty leaves them open (a warning when -http is not on loopback)")
+	fs.StringVar(&f.adminTokenFile, "admin-token-file", "", "SLUICE_ADMIN_TOKEN_FILE: `file` holding the -admin-token (kept off the command line, which every local user can read)")
 	fs.IntVar(&f.localCacheBytes, "local-cache-bytes", 0, "LOCAL_CACHE_SIZE_IN_BYTES: remember keys over their limit for their window, in about this many `bytes`; 0 disables")
 	if err := fs.Parse(args[1:]); err != nil {
 		return nil, err
@@ -156,6 +158,16 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	}
 	if f.logFormat != "text" && f.logFormat != "json" {
 		return nil, fmt.Errorf("-log-format: unknown format %q (want text or json)", f.logFormat)
+	}
+	if f.adminTokenFile != "" {
+		if f.adminToken != "" {
+			return nil, errors.New("-admin-token and -admin-token-file: give one")
+		}
+		tok, err := adminauth.ReadTokenFile(f.adminTokenFile)
+		if err != nil {
+			return nil, fmt.Errorf("-admin-token-file: %w", err)
+		}
+		f.adminToken = tok
 	}
 	return f, nil
 }

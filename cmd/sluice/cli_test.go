@@ -231,48 +231,61 @@ func TestAdminListenNeedsToken(t *testing.T) {
 			t.Errorf("--admin-listen %s without a token: %v\n%s", addr, err, out)
 		}
 	}
-	cmd := command(t, "run", "-c", "examples/quickstart/kong.yml", "--proxy-listen", "127.0.0.1:0", "--admin-listen", "0.0.0.0:0", "--watch=false", "--access-log=false")
-	cmd.Env = append(cmd.Env, "SLUICE_ADMIN_TOKEN=tok-123")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
+	tokFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokFile, []byte("tok-123\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var stderr lockedBuffer // written by os/exec's copying goroutine while the test reads it
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	out, err := command(t, "run", "-c", "examples/quickstart/kong.yml", "--admin-token", "x", "--admin-token-file", tokFile).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--admin-token and --admin-token-file: give one") {
+		t.Errorf("both token flags: %v\n%s", err, out)
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	sc := bufio.NewScanner(stdout)
-	var adminAddr string
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "admin listening on "); ok {
-			adminAddr = v
-			break
-		}
-	}
-	if adminAddr == "" {
-		t.Fatalf("no admin listener\n%s", stderr.String())
-	}
-	go func() { _, _ = io.Copy(io.Discard, stdout) }()
-	url := "http://127.0.0.1:" + adminAddr[strings.LastIndexByte(adminAddr, ':')+1:] + "/status"
-	if code, _ := httpGetBodyMust(t, url); code != 401 {
-		t.Errorf("without the token: %d, want 401", code)
-	}
-	req, _ := http.NewRequest("GET", url, nil)
-	req.Header.Set("Kong-Admin-Token", "tok-123")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != 200 {
-		t.Errorf("with the token: %d", res.StatusCode)
-	}
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait() // stderr is written by cmd's goroutine until then
-	if strings.Contains(stderr.String(), "tok-123") {
-		t.Errorf("the token is in the log:\n%s", stderr.String())
+	// The token from SLUICE_ADMIN_TOKEN, or from a file (SLUICE_ADMIN_TOKEN_FILE).
+	for _, env := range []string{"SLUICE_ADMIN_TOKEN=tok-123", "SLUICE_ADMIN_TOKEN_FILE=" + tokFile} {
+		t.Run(env[:strings.IndexByte(env, '=')], func(t *testing.T) {
+			cmd := command(t, "run", "-c", "examples/quickstart/kong.yml", "--proxy-listen", "127.0.0.1:0", "--admin-listen", "0.0.0.0:0", "--watch=false", "--access-log=false")
+			cmd.Env = append(cmd.Env, env)
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stderr lockedBuffer // written by os/exec's copying goroutine while the test reads it
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+			sc := bufio.NewScanner(stdout)
+			var adminAddr string
+			for sc.Scan() {
+				if v, ok := strings.CutPrefix(sc.Text(), "admin listening on "); ok {
+					adminAddr = v
+					break
+				}
+			}
+			if adminAddr == "" {
+				t.Fatalf("no admin listener\n%s", stderr.String())
+			}
+			go func() { _, _ = io.Copy(io.Discard, stdout) }()
+			url := "http://127.0.0.1:" + adminAddr[strings.LastIndexByte(adminAddr, ':')+1:] + "/status"
+			if code, _ := httpGetBodyMust(t, url); code != 401 {
+				t.Errorf("without the token: %d, want 401", code)
+			}
+			req, _ := http.NewRequest("GET", url, nil)
+			req.Header.Set("Kong-Admin-Token", "tok-123")
+			res, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res.Body.Close()
+			if res.StatusCode != 200 {
+				t.Errorf("with the token: %d", res.StatusCode)
+			}
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait() // stderr is written by cmd's goroutine until then
+			if strings.Contains(stderr.String(), "tok-123") {
+				t.Errorf("the token is in the log:\n%s", stderr.String())
+			}
+		})
 	}
 }
 

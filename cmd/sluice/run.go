@@ -122,6 +122,7 @@ type serveFlags struct {
 	adminListen      string
 	statusListen     string
 	adminToken       string
+	adminTokenFile   string
 	adminHosts       string
 	ignorePlugins    string
 	trustedIPs       string
@@ -209,6 +210,7 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	str(&f.sslCertKey, "ssl-cert-key", "", "comma-separated PEM files (or PEM text) of their keys, in the same order (Kong's ssl_cert_key)")
 	str(&f.adminListen, "admin-listen", "127.0.0.1:8001", "admin API listen address (keep it on loopback); empty disables it")
 	str(&f.adminToken, "admin-token", "", "token every admin call must carry in Kong-Admin-Token; required when --admin-listen is not on loopback")
+	str(&f.adminTokenFile, "admin-token-file", "", "file holding the --admin-token (kept off the command line, which every local user can read)")
 	str(&f.adminHosts, "admin-allowed-hosts", "", "comma-separated extra Host names (host:port) the admin API answers; by default only the names of its listen address")
 	str(&f.ignorePlugins, "ignore-plugins", "", "comma-separated plugins sluice does not implement whose instances are skipped instead of refusing the file (never an authentication or authorization plugin)")
 	str(&f.statusListen, "status-listen", "", "listen address of GET /status and GET /metrics alone (Kong's status_listen), for probes and Prometheus; empty disables it")
@@ -263,6 +265,14 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	}
 	if f.realIPHeader == clientip.ProxyProtocol && !anyProxyProto {
 		return nil, errors.New("--real-ip-header proxy_protocol needs --proxy-protocol (or proxy_protocol in --proxy-listen)")
+	}
+	if f.adminTokenFile != "" {
+		if f.adminToken != "" {
+			return nil, errors.New("--admin-token and --admin-token-file: give one")
+		}
+		if f.adminToken, err = adminauth.ReadTokenFile(f.adminTokenFile); err != nil {
+			return nil, fmt.Errorf("--admin-token-file: %w", err)
+		}
 	}
 	if f.adminListen != "" && !adminauth.IsLoopback(f.adminListen) && f.adminToken == "" {
 		return nil, fmt.Errorf("--admin-listen %s is reachable from other machines: set --admin-token (SLUICE_ADMIN_TOKEN), or listen on loopback", f.adminListen)
