@@ -3,6 +3,8 @@ package decision
 import (
 	"context"
 	"errors"
+	"strings"
+	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -18,7 +20,14 @@ import (
 // NOT_SERVING for "", for the rate limit service's full name and for
 // "ratelimit", the name probes written for envoyproxy/ratelimit ask). opts
 // are passed to grpc.NewServer.
+//
+// With Options.PeerStats, every unary call of another method (the health
+// check's Check) is counted and timed as envoyproxy/ratelimit's gRPC
+// interceptor does it, under ratelimit_server.<method>.
 func NewGRPCServer(s *Service, opts ...grpc.ServerOption) *grpc.Server {
+	if s.peer != nil {
+		opts = append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(s.peerInterceptor)}, opts...)
+	}
 	gs := grpc.NewServer(opts...)
 	rlspb.RegisterRateLimitServiceServer(gs, s)
 	hs := health.NewServer()
@@ -33,6 +42,22 @@ func NewGRPCServer(s *Service, opts ...grpc.ServerOption) *grpc.Server {
 	})
 	healthpb.RegisterHealthServer(gs, hs)
 	return gs
+}
+
+// peerInterceptor counts and times the unary calls of every method but
+// ShouldRateLimit (which Service.ShouldRateLimit counts itself, so that it
+// is counted on any server), named by the method's last path element, as
+// the peer's interceptor names them.
+func (s *Service) peerInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if info.FullMethod == rlspb.RateLimitService_ShouldRateLimit_FullMethodName {
+		return handler(ctx, req)
+	}
+	start := time.Now()
+	m := s.peer.method(info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:])
+	m.requests.Add(1)
+	resp, err := handler(ctx, req)
+	m.responseTime.add(time.Since(start))
+	return resp, err
 }
 
 // grpcError maps a Decide error to a gRPC status: InvalidArgument for an

@@ -23,6 +23,49 @@ type peerStats struct {
 	loadSuccess, loadError, requests atomic.Uint64
 	// responseTime is ratelimit_server.ShouldRateLimit.response_time.
 	responseTime msCounts
+	// methods are the other unary gRPC methods served (the health
+	// check's Check), by method name, for ratelimit_server.<method>.*.
+	methodsMu sync.Mutex
+	methods   map[string]*methodStats
+}
+
+// methodStats are one gRPC method's total_requests and response_time.
+type methodStats struct {
+	requests     atomic.Uint64
+	responseTime msCounts
+}
+
+// method returns the statistics of the unary gRPC method name.
+func (p *peerStats) method(name string) *methodStats {
+	p.methodsMu.Lock()
+	defer p.methodsMu.Unlock()
+	m := p.methods[name]
+	if m == nil {
+		if p.methods == nil {
+			p.methods = map[string]*methodStats{}
+		}
+		m = &methodStats{}
+		p.methods[name] = m
+	}
+	return m
+}
+
+// A namedTimer is a timer's statsd name and its counts.
+type namedTimer struct {
+	name string
+	c    *msCounts
+}
+
+// timers returns every timer, ShouldRateLimit's first, the others by name.
+func (p *peerStats) timers() []namedTimer {
+	out := []namedTimer{{responseTimeName, &p.responseTime}}
+	p.methodsMu.Lock()
+	for name, m := range p.methods {
+		out = append(out, namedTimer{"ratelimit_server." + name + ".response_time", &m.responseTime})
+	}
+	p.methodsMu.Unlock()
+	sort.Slice(out[1:], func(i, j int) bool { return out[1+i].name < out[1+j].name })
+	return out
 }
 
 // responseTimeName is the peer's gRPC timer for ShouldRateLimit, in whole
@@ -164,8 +207,10 @@ type PeerStat struct {
 // (Options.PeerStats), sorted by name: for each limit seen,
 // ratelimit.service.rate_limit.<domain>.<key path>.<stat>, and
 // ratelimit.service.global_shadow_mode, ratelimit.service.config_load_success,
-// ratelimit.service.config_load_error and
-// ratelimit_server.ShouldRateLimit.total_requests. Counters only grow.
+// ratelimit.service.config_load_error,
+// ratelimit_server.ShouldRateLimit.total_requests and, for each other
+// unary gRPC method served by NewGRPCServer (the health check's Check),
+// ratelimit_server.<method>.total_requests. Counters only grow.
 func (s *Service) PeerStats() []PeerStat {
 	p := s.peer
 	if p == nil {
@@ -185,6 +230,11 @@ func (s *Service) PeerStats() []PeerStat {
 		PeerStat{Name: "ratelimit.service.config_load_error", Value: p.loadError.Load()},
 		PeerStat{Name: "ratelimit_server.ShouldRateLimit.total_requests", Value: p.requests.Load()},
 	)
+	p.methodsMu.Lock()
+	for name, m := range p.methods {
+		out = append(out, PeerStat{Name: "ratelimit_server." + name + ".total_requests", Value: m.requests.Load()})
+	}
+	p.methodsMu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }

@@ -113,7 +113,7 @@ type StatsdSink struct {
 
 	mu        sync.Mutex // serializes flushes
 	sent      map[string]uint64
-	sentTimes map[uint64]uint64 // response times sent, by ms
+	sentTimes map[string]map[uint64]uint64 // timer values sent, by timer and ms
 	dog       bool
 	names     map[string]sentName // by statistic name
 
@@ -146,7 +146,7 @@ func (s *Service) StartStatsd(opts StatsdOptions) (*StatsdSink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decision: statsd %s: %w", opts.Addr, err)
 	}
-	k := &StatsdSink{svc: s, conn: conn, every: opts.Interval, sent: map[string]uint64{}, sentTimes: map[uint64]uint64{}, names: map[string]sentName{}, dog: opts.Dogstatsd, stop: make(chan struct{}), done: make(chan struct{})}
+	k := &StatsdSink{svc: s, conn: conn, every: opts.Interval, sent: map[string]uint64{}, sentTimes: map[string]map[uint64]uint64{}, names: map[string]sentName{}, dog: opts.Dogstatsd, stop: make(chan struct{}), done: make(chan struct{})}
 	if k.every <= 0 {
 		k.every = 10 * time.Second
 	}
@@ -233,24 +233,31 @@ func (k *StatsdSink) flush(counters bool) error {
 		}
 		buf = append(buf, line...)
 	}
-	k.svc.peer.responseTime.each(func(ms, n uint64) {
-		d := n - k.sentTimes[ms]
-		if d == 0 {
-			return
+	for _, tm := range k.svc.peer.timers() {
+		sent := k.sentTimes[tm.name]
+		if sent == nil {
+			sent = map[uint64]uint64{}
+			k.sentTimes[tm.name] = sent
 		}
-		k.sentTimes[ms] = n
-		// gostats writes a whole number of milliseconds as an integer;
-		// DogStatsD's client writes six decimals.
-		v := strconv.FormatUint(ms, 10)
-		if k.dog {
-			v += ".000000"
-		}
-		sn := k.sendAs(responseTimeName)
-		line := sn.name + ":" + v + "|ms" + sn.tags
-		for range d {
-			addLine(line)
-		}
-	})
+		sn := k.sendAs(tm.name)
+		tm.c.each(func(ms, n uint64) {
+			d := n - sent[ms]
+			if d == 0 {
+				return
+			}
+			sent[ms] = n
+			// gostats writes a whole number of milliseconds as an integer;
+			// DogStatsD's client writes six decimals.
+			v := strconv.FormatUint(ms, 10)
+			if k.dog {
+				v += ".000000"
+			}
+			line := sn.name + ":" + v + "|ms" + sn.tags
+			for range d {
+				addLine(line)
+			}
+		})
+	}
 	if counters {
 		for _, st := range k.svc.PeerStats() {
 			d := st.Value - k.sent[st.Name]

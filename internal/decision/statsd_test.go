@@ -3,6 +3,7 @@ package decision
 import (
 	"context"
 	"io"
+	"maps"
 	"net"
 	"net/http/httptest"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // udpListener collects statsd lines from a real UDP socket.
@@ -178,44 +180,62 @@ func (l *udpListener) until(t *testing.T, prefix, last string) []string {
 	}
 }
 
-// Each gRPC ShouldRateLimit call is one timer line, as the peer's
-// interceptor sends it: whole milliseconds, type ms, sent once.
+// Each unary gRPC call, ShouldRateLimit's and the health check's, is one
+// timer line, as the peer's interceptor sends it: whole milliseconds, type
+// ms, sent once.
 func TestStatsdResponseTime(t *testing.T) {
 	l := listenUDP(t)
 	s := newService(t, peerFields, newClock(t0).optsWith(Options{PeerStats: true}))
-	c, _ := serveGRPC(t, s)
+	c, conn := serveGRPC(t, s)
+	health := healthpb.NewHealthClient(conn)
 	for range 3 {
 		call(t, c, request("shop", desc("plain", "x")))
+	}
+	for range 2 {
+		if _, err := health.Check(context.Background(), &healthpb.HealthCheckRequest{Service: "ratelimit"}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	sink, err := s.StartStatsd(StatsdOptions{Addr: l.conn.LocalAddr().String(), Interval: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sink.Close()
-	line := regexp.MustCompile(`^ratelimit_server\.ShouldRateLimit\.response_time:(\d+)\|ms$`)
-	check := func(calls int, last string) {
+	line := regexp.MustCompile(`^ratelimit_server\.(\w+)\.response_time:(\d+)\|ms$`)
+	check := func(want map[string]int, last string) []string {
 		t.Helper()
 		if err := sink.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		got := l.until(t, "ratelimit_server.ShouldRateLimit.response_time", last)
-		if len(got) != calls {
-			t.Fatalf("%d timer lines for %d calls: %q", len(got), calls, got)
-		}
-		for _, g := range got {
+		got := map[string]int{}
+		lines := l.until(t, "ratelimit_server.", last)
+		for _, g := range lines {
+			if !strings.HasSuffix(g, "|ms") {
+				continue
+			}
 			m := line.FindStringSubmatch(g)
 			if m == nil {
 				t.Fatalf("timer line %q", g)
 			}
+			got[m[1]]++
 			// Each call was answered within call's 10 s deadline.
-			if ms, _ := strconv.Atoi(m[1]); ms > 10000 {
+			if ms, _ := strconv.Atoi(m[2]); ms > 10000 {
 				t.Errorf("response time %d ms", ms)
 			}
 		}
+		if !maps.Equal(got, want) {
+			t.Fatalf("timer lines by method %v, want %v: %q", got, want, lines)
+		}
+		return lines
 	}
-	check(3, "ratelimit_server.ShouldRateLimit.total_requests:3|c")
+	if lines := check(map[string]int{"ShouldRateLimit": 3, "Check": 2}, "ratelimit_server.ShouldRateLimit.total_requests:3|c"); !slices.Contains(lines, "ratelimit_server.Check.total_requests:2|c") {
+		t.Errorf("no Check counter in %q", lines)
+	}
+	if got := s.PeerStats(); !slices.Contains(got, PeerStat{Name: "ratelimit_server.Check.total_requests", Value: 2}) {
+		t.Errorf("PeerStats: %v", got)
+	}
 	call(t, c, request("shop", desc("plain", "x")))
-	check(1, "ratelimit_server.ShouldRateLimit.total_requests:1|c")
+	check(map[string]int{"ShouldRateLimit": 1}, "ratelimit_server.ShouldRateLimit.total_requests:1|c")
 }
 
 // Durations are sent in whole milliseconds, truncated, one line per call;
