@@ -11,7 +11,13 @@ func Key(parts ...string) string {
 	for _, p := range parts {
 		n += len(p) + 4
 	}
-	b := make([]byte, 0, n)
+	// Built in a buffer on the stack when it fits: the string is then the
+	// only allocation.
+	var buf [256]byte
+	b := buf[:0]
+	if n > len(buf) {
+		b = make([]byte, 0, n)
+	}
 	for _, p := range parts {
 		b = strconv.AppendInt(b, int64(len(p)), 10)
 		b = append(b, ':')

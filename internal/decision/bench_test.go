@@ -161,3 +161,81 @@ func BenchmarkHealthCheck(b *testing.B) {
 		})
 	}
 }
+
+const benchConfig2 = `
+domain: bench
+descriptors:
+  - key: user
+    rate_limit: {unit: hour, requests_per_unit: 1000000000}
+  - key: client
+    rate_limit: {unit: hour, requests_per_unit: 1000000000}
+`
+
+// BenchmarkDecide measures ShouldRateLimit called in process (no gRPC),
+// with one descriptor ([user]) or two ([user], [client]) per request over
+// 10 000 users, as bench/run-decision.sh sends them, with the memory store
+// and with a real redis-server (synchronous), from 8 goroutines per core.
+func BenchmarkDecide(b *testing.B) {
+	for _, store := range []string{"memory", "redis"} {
+		for _, descs := range []int{1, 2} {
+			b.Run(fmt.Sprintf("store=%s/desc=%d", store, descs), func(b *testing.B) {
+				var s *Service
+				var keys func() int
+				switch store {
+				case "memory":
+					st := memorystore.New(memorystore.Options{})
+					defer st.Close()
+					s = mustNew(b, benchConfig2, st, Options{})
+					keys = st.Len
+				case "redis":
+					r := testservers.Redis(b, testservers.RedisOptions{})
+					var err error
+					s, err = Open(mustParse(b, fmt.Sprintf("store: {type: redis, redis: {host: %s, port: %d, timeout: 5s}}\n%s", r.Host(), r.Port(), benchConfig2)), Options{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer s.Close()
+					keys = func() int {
+						if st := s.store.(*redisstore.Store).Stats(); st.LocalDecisions > 0 {
+							b.Fatalf("%d decisions fell back to local counters", st.LocalDecisions)
+						}
+						n, _ := r.Do(b, "DBSIZE").(int64)
+						return int(n)
+					}
+				}
+				reqs := make([]*rlspb.RateLimitRequest, benchKeys)
+				for i := range reqs {
+					u := "u" + strconv.Itoa(i)
+					if descs == 1 {
+						reqs[i] = request("bench", desc("user", u))
+					} else {
+						reqs[i] = request("bench", desc("user", u), desc("client", "c"+strconv.Itoa(i%100)))
+					}
+				}
+				ctx := context.Background()
+				var next atomic.Int64
+				b.ReportAllocs()
+				b.SetParallelism(8)
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						i := next.Add(1)
+						resp, err := s.ShouldRateLimit(ctx, reqs[i%benchKeys])
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						if resp.OverallCode != OK {
+							b.Errorf("call %d: %s", i, resp.OverallCode)
+							return
+						}
+					}
+				})
+				b.StopTimer()
+				if want := min(b.N, benchKeys); keys() < want {
+					b.Fatalf("%d keys counted, want at least %d", keys(), want)
+				}
+			})
+		}
+	}
+}

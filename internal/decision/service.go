@@ -661,46 +661,38 @@ func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now t
 		}
 	}
 
-	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(descs))}
+	resp, blocks := newResponse(len(descs))
 	var inlineOut [4]outcome
 	outs := inlineOut[:0]
 	for range descs {
 		outs = append(outs, outNoLimit)
 	}
-	var errs []error
+	var ran []checkResult // the descriptors checked at once, when they were
 	if pending > 1 && g.concurrent {
-		// One round trip for all descriptors instead of one each: the
-		// calls run at once and the Redis client pipelines them.
-		errs = make([]error, len(descs))
-		var wg sync.WaitGroup
-		for i, m := range ms {
-			if m.rule != nil && !m.rule.unlimited {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					resp.Statuses[i], outs[i], errs[i] = s.check(ctx, g.store, req.GetDomain(), descs[i], m, now)
-				}()
-			}
-		}
-		wg.Wait()
+		ran = s.checkAll(ctx, g.store, req.GetDomain(), descs, ms, now, blocks)
 	}
 	quota, quotaOver, over := 0, 0, false
 	for i, m := range ms {
 		switch {
-		case errs != nil && errs[i] != nil:
-			return nil, errs[i]
-		case resp.Statuses[i] != nil:
+		case ran != nil && ran[i].ran:
+			if ran[i].err != nil {
+				return nil, ran[i].err
+			}
+			outs[i] = ran[i].out
 		case m.rule == nil:
-			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+			resp.Statuses[i] = blocks[i].ok(0)
 		case m.rule.unlimited:
-			resp.Statuses[i] = &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			resp.Statuses[i] = blocks[i].ok(math.MaxUint32)
 			outs[i] = outUnlimited
 		default:
-			st, out, err := s.check(ctx, g.store, req.GetDomain(), descs[i], m, now)
+			out, err := s.check(ctx, g.store, req.GetDomain(), descs[i], m, now, &blocks[i])
 			if err != nil {
 				return nil, err
 			}
-			resp.Statuses[i], outs[i] = st, out
+			outs[i] = out
+		}
+		if resp.Statuses[i] == nil {
+			resp.Statuses[i] = &blocks[i].st
 		}
 		isQuota := m.rule != nil && !m.rule.unlimited && (m.rule.quota || s.quotaMode)
 		if isQuota {
@@ -866,19 +858,17 @@ func statName(domain string, d *rlpb.RateLimitDescriptor, m match) string {
 	return b.String()
 }
 
-// check counts d against m and returns its status and outcome.
-func (s *Service) check(ctx context.Context, store ratelimit.Store, domain string, d *rlpb.RateLimitDescriptor, m match, now time.Time) (*rlspb.RateLimitResponse_DescriptorStatus, outcome, error) {
+// check counts d against m, writes its status into b and returns its
+// outcome.
+func (s *Service) check(ctx context.Context, store ratelimit.Store, domain string, d *rlpb.RateLimitDescriptor, m match, now time.Time, b *statusBlock) (outcome, error) {
 	r := m.rule
 	if r.denyAll >= 0 {
 		spec := r.specs[r.denyAll]
 		if s.peer != nil {
 			s.peer.observe(statName(domain, d, m), 0, 0, m.cost, m.cost, false, r.shadow)
 		}
-		return &rlspb.RateLimitResponse_DescriptorStatus{
-			Code:               overCode(r),
-			CurrentLimit:       currentLimit(r.name, spec),
-			DurationUntilReset: durationpb.New(wholeSeconds(untilWindowEnd(spec.Window(), now))),
-		}, overOutcome(r), nil
+		b.set(overCode(r), r.name, spec, 0, wholeSeconds(untilWindowEnd(spec.Window(), now)))
+		return overOutcome(r), nil
 	}
 	key := m.key
 	peek := m.cost == 0 || m.peek
@@ -892,16 +882,13 @@ func (s *Service) check(ctx context.Context, store ratelimit.Store, domain strin
 			if s.peer != nil {
 				s.peer.observeLocalCache(statName(domain, d, m), m.cost, r.shadow)
 			}
-			return &rlspb.RateLimitResponse_DescriptorStatus{
-				Code:               overCode(r),
-				CurrentLimit:       currentLimit(r.name, spec),
-				DurationUntilReset: durationpb.New(wholeSeconds(reset)),
-			}, overOutcome(r), nil
+			b.set(overCode(r), r.name, spec, 0, wholeSeconds(reset))
+			return overOutcome(r), nil
 		}
 	}
 	dec, err := store.Take(ctx, ratelimit.Request{Key: key, Limits: r.limits, Cost: cost, Now: now, Peek: peek, Penalty: s.countDenied && !peek})
 	if err != nil {
-		return nil, 0, s.storeFailed(domain, err)
+		return 0, s.storeFailed(domain, err)
 	}
 	i := dec.Denied
 	if i < 0 {
@@ -913,12 +900,7 @@ func (s *Service) check(ctx context.Context, store ratelimit.Store, domain strin
 		remaining += cost // the hit was only asked about
 	}
 	spec := r.specs[r.index[i]]
-	st := &rlspb.RateLimitResponse_DescriptorStatus{
-		Code:               rlspb.RateLimitResponse_OK,
-		CurrentLimit:       currentLimit(r.name, spec),
-		LimitRemaining:     clampUint32(remaining),
-		DurationUntilReset: durationpb.New(wholeSeconds(ls.Reset)),
-	}
+	b.set(rlspb.RateLimitResponse_OK, r.name, spec, clampUint32(remaining), wholeSeconds(ls.Reset))
 	s.recordTop(domain, d, !dec.Allowed, now)
 	if s.peer != nil {
 		// envoyproxy/ratelimit's accounting: the hits before and after
@@ -933,10 +915,110 @@ func (s *Service) check(ctx context.Context, store ratelimit.Store, domain strin
 		if s.overCache != nil && !peek {
 			s.overCache.add(key, now.Add(ls.Reset))
 		}
-		st.Code = overCode(r)
-		return st, overOutcome(r), nil
+		b.st.Code = overCode(r)
+		return overOutcome(r), nil
 	}
-	return st, outOK, nil
+	return outOK, nil
+}
+
+// A checkResult is the outcome of one descriptor checked by checkAll.
+type checkResult struct {
+	ran bool
+	out outcome
+	err error
+}
+
+// checkAll checks the descriptors of ms that have a limit at once, each
+// into its block, and returns their results by index: one round trip for
+// all of them instead of one each, as the Redis client pipelines calls
+// made together. The last one is checked on the calling goroutine.
+func (s *Service) checkAll(ctx context.Context, store ratelimit.Store, domain string, descs []*rlpb.RateLimitDescriptor, ms []match, now time.Time, blocks []statusBlock) []checkResult {
+	res := make([]checkResult, len(ms))
+	last := -1
+	for i := range ms {
+		if m := &ms[i]; m.rule != nil && !m.rule.unlimited {
+			last = i
+		}
+	}
+	var wg sync.WaitGroup
+	for i := range ms {
+		if m := &ms[i]; i != last && m.rule != nil && !m.rule.unlimited {
+			wg.Add(1)
+			go s.checkInto(ctx, &wg, store, domain, descs[i], *m, now, &blocks[i], &res[i])
+		}
+	}
+	s.checkInto(ctx, nil, store, domain, descs[last], ms[last], now, &blocks[last], &res[last])
+	wg.Wait()
+	return res
+}
+
+func (s *Service) checkInto(ctx context.Context, wg *sync.WaitGroup, store ratelimit.Store, domain string, d *rlpb.RateLimitDescriptor, m match, now time.Time, b *statusBlock, r *checkResult) {
+	r.out, r.err = s.check(ctx, store, domain, d, m, now, b)
+	r.ran = true
+	if wg != nil {
+		wg.Done()
+	}
+}
+
+// A statusBlock is one descriptor's status with the messages it points
+// to, so that a response's statuses are allocated together.
+type statusBlock struct {
+	st    rlspb.RateLimitResponse_DescriptorStatus
+	limit rlspb.RateLimitResponse_RateLimit
+	mult  wrapperspb.UInt32Value
+	reset durationpb.Duration
+}
+
+// ok returns the block's status as OK with remaining and no limit.
+func (b *statusBlock) ok(remaining uint32) *rlspb.RateLimitResponse_DescriptorStatus {
+	b.st.Code, b.st.LimitRemaining = rlspb.RateLimitResponse_OK, remaining
+	return &b.st
+}
+
+// set fills the block's status with spec (named name) as its current limit.
+func (b *statusBlock) set(code rlspb.RateLimitResponse_Code, name string, spec LimitSpec, remaining uint32, reset time.Duration) {
+	b.limit.Name, b.limit.RequestsPerUnit, b.limit.Unit = name, spec.RequestsPerUnit, spec.Unit
+	if spec.Multiplier > 1 {
+		b.mult.Value = spec.Multiplier
+		b.limit.UnitMultiplier = &b.mult
+	}
+	// As durationpb.New.
+	nanos := reset.Nanoseconds()
+	b.reset.Seconds = nanos / 1e9
+	b.reset.Nanos = int32(nanos - b.reset.Seconds*1e9)
+	b.st.Code, b.st.CurrentLimit, b.st.LimitRemaining, b.st.DurationUntilReset = code, &b.limit, remaining, &b.reset
+}
+
+// A response1 is a response of one status in one allocation, a response2
+// of two.
+type response1 struct {
+	resp   rlspb.RateLimitResponse
+	sts    [1]*rlspb.RateLimitResponse_DescriptorStatus
+	blocks [1]statusBlock
+}
+
+type response2 struct {
+	resp   rlspb.RateLimitResponse
+	sts    [2]*rlspb.RateLimitResponse_DescriptorStatus
+	blocks [2]statusBlock
+}
+
+// newResponse returns an OK response with n nil statuses and a block for
+// each.
+func newResponse(n int) (*rlspb.RateLimitResponse, []statusBlock) {
+	switch n {
+	case 1:
+		r := &response1{}
+		r.resp.OverallCode = rlspb.RateLimitResponse_OK
+		r.resp.Statuses = r.sts[:]
+		return &r.resp, r.blocks[:]
+	case 2:
+		r := &response2{}
+		r.resp.OverallCode = rlspb.RateLimitResponse_OK
+		r.resp.Statuses = r.sts[:]
+		return &r.resp, r.blocks[:]
+	}
+	return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, n)}, make([]statusBlock, n)
 }
 
 // wholeSeconds rounds d up to whole seconds: envoyproxy/ratelimit answers
@@ -959,14 +1041,6 @@ func overCode(r *rule) rlspb.RateLimitResponse_Code {
 		return rlspb.RateLimitResponse_OK
 	}
 	return rlspb.RateLimitResponse_OVER_LIMIT
-}
-
-func currentLimit(name string, s LimitSpec) *rlspb.RateLimitResponse_RateLimit {
-	cl := &rlspb.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: s.RequestsPerUnit, Unit: s.Unit}
-	if s.Multiplier > 1 {
-		cl.UnitMultiplier = wrapperspb.UInt32(s.Multiplier)
-	}
-	return cl
 }
 
 func untilWindowEnd(w time.Duration, now time.Time) time.Duration {
