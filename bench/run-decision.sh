@@ -13,6 +13,9 @@
 #           (every decision asks Redis, as the peer does)
 #   bare    bench/cmd/rlsbare: grpc-go answering ShouldRateLimit with a
 #           constant OK, one status per descriptor, no work: the floor
+# sluice and bare serve calls on the same STREAM_WORKERS goroutines
+# (grpc.NumStreamWorkers; default 64, sluice-decision's default); the peer
+# is run as it comes.
 # peer and sluice read the same file from the same runtime directory and
 # the same environment (the peer's variables), and count in the same
 # redis-server, flushed before each of their runs.
@@ -25,6 +28,7 @@
 #
 # Usage: bench/run-decision.sh      (ROUNDS=3 DURATION=5s WARMUP=1s OUT=/tmp/sluice-bench-decision)
 # Env:   CALLERS (default "1 16 64"), DESCRIPTORS (default "1 2"),
+#        STREAM_WORKERS (default 64; 0: a goroutine per call),
 #        ONLY (regexp over peer|sluice|bare, default all),
 #        SLUICE_DECISION, ENVOY_RATELIMIT (prebuilt binaries; default: built here)
 # Output: one benchmark-format line per run ($OUT/decision.txt: decisions/s,
@@ -42,6 +46,7 @@ WARMUP=${WARMUP:-1s}
 CALLERS=${CALLERS:-1 16 64}
 DESCRIPTORS=${DESCRIPTORS:-1 2}
 ONLY=${ONLY:-.}
+STREAM_WORKERS=${STREAM_WORKERS:-64}
 OUT=${OUT:-/tmp/sluice-bench-decision}
 PEER_VERSION=$(cd peers/envoyratelimit && go list -m -f '{{.Version}}' github.com/envoyproxy/ratelimit)
 
@@ -113,11 +118,12 @@ env "${LIMITER_ENV[@]}" GRPC_PORT="${GRPC[peer]}" PORT="${HTTP[peer]}" DEBUG_POR
   "$OUT/envoy-ratelimit" > "$OUT/peer.log" 2>&1 &
 PID[peer]=$!
 PIDS+=("${PID[peer]}")
+echo "== sluice and bare: $STREAM_WORKERS gRPC stream workers"
 env "${LIMITER_ENV[@]}" GRPC_PORT="${GRPC[sluice]}" PORT="${HTTP[sluice]}" DEBUG_PORT="$(freeport)" \
-  "$OUT/sluice-decision" > "$OUT/sluice.log" 2>&1 &
+  SLUICE_GRPC_STREAM_WORKERS="$STREAM_WORKERS" "$OUT/sluice-decision" > "$OUT/sluice.log" 2>&1 &
 PID[sluice]=$!
 PIDS+=("${PID[sluice]}")
-"$OUT/rlsbare" -grpc "127.0.0.1:${GRPC[bare]}" > "$OUT/bare.log" 2>&1 &
+"$OUT/rlsbare" -grpc "127.0.0.1:${GRPC[bare]}" -stream-workers "$STREAM_WORKERS" > "$OUT/bare.log" 2>&1 &
 PID[bare]=$!
 PIDS+=("${PID[bare]}")
 

@@ -56,6 +56,7 @@ var envFlags = []struct{ env, flag string }{
 	{"GRPC_MAX_CONNECTION_AGE_GRACE", "grpc-max-connection-age-grace"},
 	{"SLUICE_ADMIN_TOKEN", "admin-token"},
 	{"SLUICE_ADMIN_TOKEN_FILE", "admin-token-file"},
+	{"SLUICE_GRPC_STREAM_WORKERS", "grpc-stream-workers"},
 }
 
 // An unsupported variable: fine when its value is one of ok (compared

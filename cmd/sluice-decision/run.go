@@ -72,6 +72,7 @@ type flags struct {
 	grpcClientCA    string
 	grpcMaxAge      time.Duration
 	grpcMaxAgeGrace time.Duration
+	streamWorkers   int
 
 	store    *decision.StoreConfig // from REDIS_*, nil for the file's
 	warnings []string              // about the environment, logged once the logger exists
@@ -116,6 +117,7 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	fs.StringVar(&f.grpcClientCA, "grpc-client-ca", "", "GRPC_CLIENT_TLS_CACERT: require client certificates signed by this CA `file` (mTLS)")
 	fs.DurationVar(&f.grpcMaxAge, "grpc-max-connection-age", 0, "GRPC_MAX_CONNECTION_AGE: close gRPC connections after this long (GOAWAY); 0: never")
 	fs.DurationVar(&f.grpcMaxAgeGrace, "grpc-max-connection-age-grace", 0, "GRPC_MAX_CONNECTION_AGE_GRACE: then force them closed after this long")
+	fs.IntVar(&f.streamWorkers, "grpc-stream-workers", decision.DefaultStreamWorkers, "SLUICE_GRPC_STREAM_WORKERS: serve gRPC calls on this many long-lived goroutines (a call finding all busy gets its own); 0: a new goroutine per call")
 	fs.BoolVar(&f.quotaMode, "quota-mode", false, "QUOTA_MODE: every descriptor is a quota (over limit only when all quota descriptors are)")
 	fs.BoolVar(&f.shadowMode, "shadow-mode", false, "SHADOW_MODE: answer OK to every request; statuses still tell")
 	fs.BoolVar(&f.dynamicMetadata, "response-dynamic-metadata", false, "RESPONSE_DYNAMIC_METADATA: fill the response's dynamic_metadata")
@@ -324,6 +326,10 @@ func (f *flags) startWatch(ctx context.Context, svc *decision.Service, log *slog
 // grpcOptions are the gRPC server's TLS and keepalive options.
 func (f *flags) grpcOptions() ([]grpc.ServerOption, error) {
 	var opts []grpc.ServerOption
+	if f.streamWorkers < 0 {
+		return nil, fmt.Errorf("-grpc-stream-workers (SLUICE_GRPC_STREAM_WORKERS): must be 0 or more, got %d", f.streamWorkers)
+	}
+	opts = append(opts, grpc.NumStreamWorkers(uint32(f.streamWorkers)))
 	if f.grpcMaxAge > 0 {
 		opts = append(opts, grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: f.grpcMaxAge, MaxConnectionAgeGrace: f.grpcMaxAgeGrace}))
 	}

@@ -14,12 +14,23 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// DefaultStreamWorkers is how many goroutines NewGRPCServer keeps to serve
+// calls (grpc.NumStreamWorkers): a call then runs on a goroutine whose stack
+// has already grown, instead of a new one, which costs a gRPC round trip
+// (client and server) about 45% of its instructions on the memory store
+// (docs/benchmarks.md, "Decision service against envoyproxy/ratelimit").
+// A call that finds every worker busy gets a goroutine of its own, as
+// without workers.
+const DefaultStreamWorkers = 64
+
 // NewGRPCServer returns a gRPC server serving s as
 // envoy.service.ratelimit.v3.RateLimitService and the standard health
 // service (grpc.health.v1.Health, reporting Healthy as SERVING or
 // NOT_SERVING for "", for the rate limit service's full name and for
 // "ratelimit", the name probes written for envoyproxy/ratelimit ask). opts
-// are passed to grpc.NewServer.
+// are passed to grpc.NewServer after grpc.NumStreamWorkers(
+// DefaultStreamWorkers), so grpc.NumStreamWorkers among them wins (0: a new
+// goroutine per call, grpc-go's default).
 //
 // With Options.PeerStats, every unary call of another method (the health
 // check's Check) is counted and timed as envoyproxy/ratelimit's gRPC
@@ -28,7 +39,7 @@ func NewGRPCServer(s *Service, opts ...grpc.ServerOption) *grpc.Server {
 	if s.peer != nil {
 		opts = append([]grpc.ServerOption{grpc.ChainUnaryInterceptor(s.peerInterceptor)}, opts...)
 	}
-	gs := grpc.NewServer(opts...)
+	gs := grpc.NewServer(append([]grpc.ServerOption{grpc.NumStreamWorkers(DefaultStreamWorkers)}, opts...)...)
 	rlspb.RegisterRateLimitServiceServer(gs, s)
 	hs := health.NewServer()
 	s.onHealth(func(ok bool) {

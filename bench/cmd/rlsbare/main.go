@@ -5,7 +5,7 @@
 //
 // Usage:
 //
-//	rlsbare -grpc 127.0.0.1:8081
+//	rlsbare -grpc 127.0.0.1:8081 [-stream-workers 64]
 //
 // It prints "grpc listening on ADDR" once it accepts connections, and
 // stops on SIGINT or SIGTERM.
@@ -29,6 +29,9 @@ import (
 
 func main() {
 	addr := flag.String("grpc", "127.0.0.1:8081", "listen address")
+	// The default is sluice-decision's (decision.DefaultStreamWorkers, its
+	// -grpc-stream-workers), so that the floor is served as sluice is.
+	workers := flag.Uint("stream-workers", 64, "serve calls on this many long-lived goroutines (grpc.NumStreamWorkers); 0: a new goroutine per call")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -37,7 +40,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "rlsbare:", err)
 		os.Exit(1)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(grpc.NumStreamWorkers(uint32(*workers)))
 	rlspb.RegisterRateLimitServiceServer(gs, bench.NewConstantRLS())
 	healthpb.RegisterHealthServer(gs, health.NewServer())
 	fmt.Println("grpc listening on", ln.Addr())
