@@ -275,7 +275,7 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 		}
 	}
 	if f.adminListen != "" && !adminauth.IsLoopback(f.adminListen) && f.adminToken == "" {
-		return nil, fmt.Errorf("--admin-listen %s is reachable from other machines: set --admin-token (SLUICE_ADMIN_TOKEN), or listen on loopback", f.adminListen)
+		return nil, fmt.Errorf("--admin-listen %s is reachable from other machines: set --admin-token or --admin-token-file (SLUICE_ADMIN_TOKEN, SLUICE_ADMIN_TOKEN_FILE), or listen on loopback", f.adminListen)
 	}
 	if f.config == "" && f.etcdEndpoints == "" {
 		return nil, errors.New("a configuration is required: -c kong.yml or --etcd-endpoints")
