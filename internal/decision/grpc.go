@@ -16,11 +16,10 @@ import (
 
 // DefaultStreamWorkers is how many goroutines NewGRPCServer keeps to serve
 // calls (grpc.NumStreamWorkers): a call then runs on a goroutine whose stack
-// has already grown, instead of a new one, which costs a gRPC round trip
-// (client and server) about 45% of its instructions on the memory store
-// (docs/benchmarks.md, "Decision service against envoyproxy/ratelimit").
-// A call that finds every worker busy gets a goroutine of its own, as
-// without workers.
+// has already grown instead of on a new one. A call that finds every worker
+// busy gets a goroutine of its own, as without workers. See
+// docs/benchmarks.md ("Decision service: cost per decision") for what it
+// saves.
 const DefaultStreamWorkers = 64
 
 // NewGRPCServer returns a gRPC server serving s as
