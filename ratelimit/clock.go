@@ -30,10 +30,16 @@ func (c *clock) unixNano() int64 {
 	if b := c.base.Load(); b != nil {
 		// Inside a testing/synctest bubble Since reads the bubble's clock,
 		// so the sum is exactly the bubble's time.
-		if d := time.Since(b.at); d >= 0 && d < clockResync {
+		if d := time.Since(b.at); uint64(d) < uint64(clockResync) { // 0 <= d < clockResync
 			return b.wall + int64(d)
 		}
 	}
+	return c.resync()
+}
+
+// resync reads the wall clock, makes it c's base and returns it in Unix
+// nanoseconds.
+func (c *clock) resync() int64 {
 	t := time.Now()
 	c.base.Store(&clockBase{at: t, wall: t.UnixNano()})
 	return t.UnixNano()

@@ -70,10 +70,16 @@ func (l *Limiter) Limits() []Limit { return append([]Limit(nil), *l.limits.Load(
 // counts as allowed: use AllowN to see it. Allow reads the wall clock once
 // a second and the cheaper monotonic clock in between.
 func (l *Limiter) Allow(key string) bool {
-	if l.checked != nil {
-		ok, err := l.checked.AllowChecked(key, access.MakeChecked(*l.limits.Load()), l.clock.unixNano(), l.penalty)
-		return err != nil || ok
+	if l.checked == nil {
+		return l.allowStore(key)
 	}
+	ok, err := l.checked.AllowChecked(key, access.MakeChecked(*l.limits.Load()), l.clock.unixNano(), l.penalty)
+	return err != nil || ok
+}
+
+// allowStore is Allow over a store without AllowChecked; apart, so that
+// Allow's frame stays small.
+func (l *Limiter) allowStore(key string) bool {
 	r := Request{Key: key, Limits: *l.limits.Load(), Cost: 1, Now: l.clock.now(), Penalty: l.penalty, AllowOnly: true}
 	if l.allower != nil {
 		ok, err := l.allower.Allow(context.Background(), r)

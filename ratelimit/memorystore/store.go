@@ -296,12 +296,14 @@ func (s *Store) AllowChecked(key string, limits access.Checked[ratelimit.Limit],
 	was := sh.counter(p)
 	c := was
 	allowed := storekit.TryAllowOne(l, &c, 1, now) || applyOne(key, ls, now, penalty, &c)
-	switch {
+	switch e := &sh.tab[p].e; {
 	case c == was:
-	case c.Start != was.Start || c.Next != was.Next: // the expiry follows them
-		sh.tab[p].e = sh.entryOf(k, c, *l)
+	case c.Next != was.Next: // sh.next follows it
+		*e = sh.entryOf(k, c, *l)
+	case c.Start != was.Start: // the expiry follows it
+		*e = entry{start: c.Start, cur: c.Cur, prev: c.Prev, exp: c.Expiry(*l)}
 	default:
-		sh.tab[p].e.cur, sh.tab[p].e.prev = c.Cur, c.Prev
+		e.cur, e.prev = c.Cur, c.Prev
 	}
 	sh.mu.Unlock()
 	return allowed, nil

@@ -454,19 +454,15 @@ func TryAllow(r *ratelimit.Request, cs []Counter) bool {
 // call it updates c as Apply would and returns true; otherwise it returns
 // false with c rolled to nowNs. l must be valid.
 func TryAllowOne(l *ratelimit.Limit, c *Counter, cost, nowNs int64) bool {
-	if cost <= 0 {
-		cost = 1
-	}
-	n, ok := tryLimit(l, c, cost, nowNs)
-	if !ok {
-		return false
-	}
-	if l.Algorithm == ratelimit.TokenBucket {
+	n, ok := tryLimit(l, c, max(cost, 1), nowNs)
+	switch {
+	case !ok:
+	case l.Algorithm == ratelimit.TokenBucket:
 		c.Start = n
-	} else {
+	default:
 		c.Cur = n
 	}
-	return true
+	return ok
 }
 
 // tryLimit reports whether a call of cost (> 0) at nowNs fits l, and if so
@@ -488,7 +484,10 @@ func tryLimit(l *ratelimit.Limit, c *Counter, cost, nowNs int64) (next int64, ok
 		return tat + inc, true
 	}
 	nowMs := floorDiv(nowNs, int64(time.Millisecond))
-	roll(c, l, nowMs)
+	w := int64(l.Window / time.Millisecond)
+	if e := nowMs - c.Start; e < 0 || e >= w { // roll's own first test, kept here so that a call within c's window makes no call
+		roll(c, l, nowMs)
+	}
 	cur := c.Cur
 	if cur > math.MaxInt64-cost {
 		cur = math.MaxInt64
@@ -498,7 +497,6 @@ func tryLimit(l *ratelimit.Limit, c *Counter, cost, nowNs int64) (next int64, ok
 	if l.Algorithm == ratelimit.FixedWindow {
 		return cur, cur <= l.Count
 	}
-	w := int64(l.Window / time.Millisecond)
 	e := max(nowMs-c.Start, 0)
 	total := mul(uint64(cur), uint64(w)).add(mul(uint64(c.Prev), uint64(w-e)))
 	return cur, total.cmp(mul(uint64(l.Count), uint64(w))) <= 0
