@@ -293,14 +293,20 @@ func (s *Store) AllowChecked(key string, limits access.Checked[ratelimit.Limit],
 		sh.mu.Unlock()
 		return s.allowChecked(key, ls, now, penalty)
 	}
-	was := sh.counter(p)
-	c := was
+	// The counter is read and written back in place: sh.counter and
+	// sh.entryOf, but for the sh.next lookup and expiry when they did not
+	// change.
+	e := &sh.tab[p].e
+	c := storekit.Counter{Start: e.start, Cur: e.cur, Prev: e.prev}
+	if len(sh.next) != 0 {
+		c.Next = sh.next[k]
+	}
+	next := c.Next
 	allowed := storekit.TryAllowOne(l, &c, 1, now) || applyOne(key, ls, now, penalty, &c)
-	switch e := &sh.tab[p].e; {
-	case c == was:
-	case c.Next != was.Next: // sh.next follows it
+	switch {
+	case c.Next != next: // sh.next follows it
 		*e = sh.entryOf(k, c, *l)
-	case c.Start != was.Start: // the expiry follows it
+	case c.Start != e.start: // the expiry follows it
 		*e = entry{start: c.Start, cur: c.Cur, prev: c.Prev, exp: c.Expiry(*l)}
 	default:
 		e.cur, e.prev = c.Cur, c.Prev
