@@ -861,6 +861,17 @@ func statName(domain string, d *rlpb.RateLimitDescriptor, m match) string {
 // check counts d against m, writes its status into b and returns its
 // outcome.
 func (s *Service) check(ctx context.Context, store ratelimit.Store, domain string, d *rlpb.RateLimitDescriptor, m match, now time.Time, b *statusBlock) (outcome, error) {
+	req, out, done := s.before(domain, d, m, now, b)
+	if done {
+		return out, nil
+	}
+	dec, err := store.Take(ctx, req)
+	return s.after(domain, d, m, now, b, &req, dec, err)
+}
+
+// before returns the store request that checks d, matched as m, or with
+// done its outcome decided without the store, its status written into b.
+func (s *Service) before(domain string, d *rlpb.RateLimitDescriptor, m match, now time.Time, b *statusBlock) (req ratelimit.Request, out outcome, done bool) {
 	r := m.rule
 	if r.denyAll >= 0 {
 		spec := r.specs[r.denyAll]
@@ -868,7 +879,7 @@ func (s *Service) check(ctx context.Context, store ratelimit.Store, domain strin
 			s.peer.observe(statName(domain, d, m), 0, 0, m.cost, m.cost, false, r.shadow)
 		}
 		b.set(overCode(r), r.name, spec, 0, wholeSeconds(untilWindowEnd(spec.Window(), now)))
-		return overOutcome(r), nil
+		return req, overOutcome(r), true
 	}
 	key := m.key
 	peek := m.cost == 0 || m.peek
@@ -883,10 +894,16 @@ func (s *Service) check(ctx context.Context, store ratelimit.Store, domain strin
 				s.peer.observeLocalCache(statName(domain, d, m), m.cost, r.shadow)
 			}
 			b.set(overCode(r), r.name, spec, 0, wholeSeconds(reset))
-			return overOutcome(r), nil
+			return req, overOutcome(r), true
 		}
 	}
-	dec, err := store.Take(ctx, ratelimit.Request{Key: key, Limits: r.limits, Cost: cost, Now: now, Peek: peek, Penalty: s.countDenied && !peek})
+	return ratelimit.Request{Key: key, Limits: r.limits, Cost: cost, Now: now, Peek: peek, Penalty: s.countDenied && !peek}, 0, false
+}
+
+// after finishes the check of d, matched as m, with the store's answer to
+// req.
+func (s *Service) after(domain string, d *rlpb.RateLimitDescriptor, m match, now time.Time, b *statusBlock, req *ratelimit.Request, dec ratelimit.Decision, err error) (outcome, error) {
+	r, key, peek, cost := m.rule, req.Key, req.Peek, req.Cost
 	if err != nil {
 		return 0, s.storeFailed(domain, err)
 	}
@@ -934,6 +951,10 @@ type checkResult struct {
 // made together. The last one is checked on the calling goroutine.
 func (s *Service) checkAll(ctx context.Context, store ratelimit.Store, domain string, descs []*rlpb.RateLimitDescriptor, ms []match, now time.Time, blocks []statusBlock) []checkResult {
 	res := make([]checkResult, len(ms))
+	if mt, ok := store.(multiTaker); ok {
+		s.takeAll(ctx, mt, domain, descs, ms, now, blocks, res)
+		return res
+	}
 	last := -1
 	for i := range ms {
 		if m := &ms[i]; m.rule != nil && !m.rule.unlimited {
@@ -950,6 +971,65 @@ func (s *Service) checkAll(ctx context.Context, store ratelimit.Store, domain st
 	s.checkInto(ctx, nil, store, domain, descs[last], ms[last], now, &blocks[last], &res[last])
 	wg.Wait()
 	return res
+}
+
+// A multiTaker decides several requests in one call, each as Take would
+// decide it; redisstore.Store sends them in one pipeline.
+type multiTaker interface {
+	TakeAll(ctx context.Context, rs []ratelimit.Request, ds []ratelimit.Decision, errs []error)
+}
+
+// takeAll is checkAll over a multiTaker: every descriptor's request in
+// one call, no goroutine each.
+func (s *Service) takeAll(ctx context.Context, mt multiTaker, domain string, descs []*rlpb.RateLimitDescriptor, ms []match, now time.Time, blocks []statusBlock, res []checkResult) {
+	var idxBuf [4]int
+	idx := idxBuf[:0]
+	var reqs []ratelimit.Request
+	var decs []ratelimit.Decision
+	var errs []error
+	n := 0
+	for i := range ms {
+		if m := &ms[i]; m.rule != nil && !m.rule.unlimited {
+			n++
+		}
+	}
+	if n <= 2 {
+		// The usual case in one allocation: the buffers escape through
+		// the interface call.
+		b := new(takeBufs2)
+		reqs, decs, errs = b.reqs[:0], b.decs[:], b.errs[:]
+	} else {
+		reqs, decs, errs = make([]ratelimit.Request, 0, n), make([]ratelimit.Decision, n), make([]error, n)
+	}
+	for i := range ms {
+		m := &ms[i]
+		if m.rule == nil || m.rule.unlimited {
+			continue
+		}
+		req, out, done := s.before(domain, descs[i], *m, now, &blocks[i])
+		res[i].ran = true
+		if done {
+			res[i].out = out
+			continue
+		}
+		reqs, idx = append(reqs, req), append(idx, i)
+	}
+	if len(reqs) == 0 {
+		return
+	}
+	decs, errs = decs[:len(reqs)], errs[:len(reqs)]
+	mt.TakeAll(ctx, reqs, decs, errs)
+	for j, i := range idx {
+		res[i].out, res[i].err = s.after(domain, descs[i], ms[i], now, &blocks[i], &reqs[j], decs[j], errs[j])
+	}
+}
+
+// takeBufs2 holds the requests and answers of takeAll for two
+// descriptors.
+type takeBufs2 struct {
+	reqs [2]ratelimit.Request
+	decs [2]ratelimit.Decision
+	errs [2]error
 }
 
 func (s *Service) checkInto(ctx context.Context, wg *sync.WaitGroup, store ratelimit.Store, domain string, d *rlpb.RateLimitDescriptor, m match, now time.Time, b *statusBlock, r *checkResult) {

@@ -138,13 +138,73 @@ func (s *syncMode) submit(ctx context.Context, c *takeCall) (res takeResult, ans
 		s.batch.inflight.Add(-1)
 		return <-c.done, true
 	}
+	if err := s.enqueue(ctx, c); err != nil {
+		return takeResult{err: err}, true
+	}
+	return s.wait(ctx, c)
+}
+
+// submitAll submits the calls of ts that are not done, n of them, and
+// waits for their answers: as one batch when nothing else is in flight,
+// else queued one after the other, so that a batcher usually sends them
+// together. The queue must exist (MaxBatch > 1) and n be at most MaxBatch.
+func (s *syncMode) submitAll(ctx context.Context, ts []multiTake, n int) {
+	if n == 0 {
+		return
+	}
+	if len(s.batch.queue) == 0 && s.batch.inflight.CompareAndSwap(0, 1) {
+		var buf [4]*takeCall
+		batch := buf[:0]
+		for i := range ts {
+			if !ts[i].done {
+				batch = append(batch, ts[i].c)
+			}
+		}
+		s.runBatch(batch)
+		s.batch.inflight.Add(-1)
+		for i := range ts {
+			if t := &ts[i]; !t.done {
+				t.res, t.answered = <-t.c.done, true
+			}
+		}
+		return
+	}
+	var err error
+	for i := range ts {
+		t := &ts[i]
+		if t.done {
+			continue
+		}
+		if err == nil {
+			err = s.enqueue(ctx, t.c)
+		}
+		if err != nil {
+			t.res, t.answered = takeResult{err: err}, true
+			continue
+		}
+		t.queued = true
+	}
+	for i := range ts {
+		if t := &ts[i]; t.queued {
+			t.res, t.answered = s.wait(ctx, t.c)
+		}
+	}
+}
+
+// enqueue hands c to the batchers.
+func (s *syncMode) enqueue(ctx context.Context, c *takeCall) error {
 	select {
 	case s.batch.queue <- c:
+		return nil
 	case <-ctx.Done():
-		return takeResult{err: fmt.Errorf("redisstore: queueing a decision: %w", ctx.Err())}, true
+		return fmt.Errorf("redisstore: queueing a decision: %w", ctx.Err())
 	case <-s.stop:
-		return takeResult{err: ratelimit.ErrClosed}, true
+		return ratelimit.ErrClosed
 	}
+}
+
+// wait waits for the answer to c, queued; answered is as for submit.
+func (s *syncMode) wait(ctx context.Context, c *takeCall) (res takeResult, answered bool) {
 	select {
 	case res := <-c.done:
 		return res, true

@@ -214,3 +214,46 @@ func TestPeriodicOvershootBounded(t *testing.T) {
 	}
 	t.Logf("admitted %d of limit %d (overshoot %d)", total, limit, total-limit)
 }
+
+// TakeAll decides each request as Take does: under the same hammering,
+// every key admits exactly its limit, whichever path (one batch, or queued
+// for the batchers) its calls took.
+func TestExactnessTakeAll(t *testing.T) {
+	_, c := standalone(t)
+	stores := make([]*Store, nodes)
+	for i := range stores {
+		stores[i] = newStore(t, c, Options{Namespace: "exact-all", CallerClock: true, ManualSync: true, Timeout: 10 * time.Second, Strict: true})
+	}
+	ctx := context.Background()
+	now := ratelimittest.At(time.Hour + 30*time.Second)
+	fixed := []ratelimit.Limit{ratelimit.PerMinute(1000).Fixed()}
+	bucket := []ratelimit.Limit{ratelimit.PerSecond(100).TokenBucket(50)}
+	var fixedN, bucketN atomic.Int64
+	hammer(t, stores, 6, func(s *Store, _, _ int) (bool, error) {
+		rs := []ratelimit.Request{
+			{Key: "fixed", Limits: fixed, Now: now},
+			{Key: "bucket", Limits: bucket, Now: now},
+		}
+		ds := make([]ratelimit.Decision, len(rs))
+		errs := make([]error, len(rs))
+		s.TakeAll(ctx, rs, ds, errs)
+		for _, err := range errs {
+			if err != nil {
+				return false, err
+			}
+		}
+		if ds[0].Allowed {
+			fixedN.Add(1)
+		}
+		if ds[1].Allowed {
+			bucketN.Add(1)
+		}
+		return false, nil
+	})
+	if got := fixedN.Load(); got != 1000 {
+		t.Errorf("fixed window: %d admitted of %d calls, want exactly 1000", got, nodes*goroutines*6)
+	}
+	if got := bucketN.Load(); got != 50 {
+		t.Errorf("token bucket: %d admitted, want exactly 50", got)
+	}
+}

@@ -400,3 +400,43 @@ func TestPeriodicLimitsOfOneWindowShareACounter(t *testing.T) {
 		t.Fatalf("node b: allowed with remaining %d, want denied (previous window 8, current 2)", d.State(0).Remaining)
 	}
 }
+
+// TakeAll sends its requests in one round trip and, when Redis is lost,
+// decides each of them on its local counters, as Take does.
+func TestTakeAllLossAndFallback(t *testing.T) {
+	srv, c := standalone(t)
+	s := newStore(t, c, Options{Namespace: "loss-all", CallerClock: true, ManualSync: true, Cooldown: time.Minute})
+	now := ratelimittest.At(time.Second)
+	rs := []ratelimit.Request{
+		{Key: "w", Limits: []ratelimit.Limit{ratelimit.PerMinute(3).Fixed()}, Now: now},
+		{Key: "b", Limits: []ratelimit.Limit{ratelimit.PerMinute(3).TokenBucket(3)}, Now: now},
+	}
+	takeAll := func(step string, want ...bool) {
+		t.Helper()
+		ds, errs := make([]ratelimit.Decision, len(rs)), make([]error, len(rs))
+		s.TakeAll(context.Background(), rs, ds, errs)
+		for i := range rs {
+			if errs[i] != nil {
+				t.Fatalf("%s: request %d: %v", step, i, errs[i])
+			}
+			if ds[i].Allowed != want[i] {
+				t.Fatalf("%s: request %d allowed %v, want %v", step, i, ds[i].Allowed, want[i])
+			}
+		}
+	}
+	takeAll("first", true, true)
+	calls := s.Stats().RedisCalls
+	takeAll("second", true, true)
+	if st := s.Stats(); st.RedisCalls != calls+1 {
+		t.Fatalf("%d round trips for two requests, want 1", st.RedisCalls-calls)
+	}
+
+	srv.Stop()
+	// Local from the last totals Redis returned: one more each, then both
+	// denied.
+	takeAll("first local", true, true)
+	takeAll("second local", false, false)
+	if st := s.Stats(); st.State != StateFallback || st.LocalDecisions != 4 {
+		t.Fatalf("stats %+v, want fallback and 4 local decisions", st)
+	}
+}

@@ -64,13 +64,20 @@ const windowSlack = time.Second
 // (a fixed and a sliding limit of one window, as in Kong) share its keys
 // and are counted once, as in every other store.
 func (s *syncMode) takeIncr(ctx context.Context, r *ratelimit.Request) (ratelimit.Decision, error) {
+	var csBuf [4]storekit.Counter
+	c, cs := s.prepIncr(r, csBuf[:0])
+	res, answered := s.submit(ctx, c)
+	return s.finishIncr(ctx, r, c, cs, res, answered)
+}
+
+// prepIncr returns the plain call of r and the starts of its windows,
+// appended to cs.
+func (s *syncMode) prepIncr(r *ratelimit.Request, cs []storekit.Counter) (*takeCall, []storekit.Counter) {
 	nowMs := floorDiv(r.Now.UnixNano(), int64(time.Millisecond))
 	minTTL := int64(0)
 	if s.opts.CallerClock {
 		minTTL = int64(callerClockTTL / time.Millisecond)
 	}
-	var csBuf [4]storekit.Counter
-	cs := csBuf[:0]
 	c := newCall()
 	c.plain, c.cost, c.now = true, r.Cost, r.Now
 	for i := range r.Limits {
@@ -108,7 +115,11 @@ func (s *syncMode) takeIncr(ctx context.Context, r *ratelimit.Request) (ratelimi
 			pc.final = nowMs-cs[i].Start >= prevGrace(w)
 		}
 	}
-	res, answered := s.submit(ctx, c)
+	return c, cs
+}
+
+// finishIncr decides r from the answer to its plain call c.
+func (s *syncMode) finishIncr(ctx context.Context, r *ratelimit.Request, c *takeCall, cs []storekit.Counter, res takeResult, answered bool) (ratelimit.Decision, error) {
 	if !answered {
 		if ctx.Err() != nil {
 			// The batcher still runs c's INCRBYs: they must be taken

@@ -71,6 +71,71 @@ func (s *syncMode) take(ctx context.Context, rv ratelimit.Request, windows bool)
 	return d, nil
 }
 
+// A multiTake is one request of Store.TakeAll: admitted, then decided
+// like take, its call submitted with the others.
+type multiTake struct {
+	r       ratelimit.Request
+	windows bool
+	done    bool // the request's answer is set
+
+	c        *takeCall
+	cs       []storekit.Counter // a plain call's window starts
+	csBuf    [4]storekit.Counter
+	res      takeResult
+	answered bool
+	queued   bool
+}
+
+// takeAll decides the requests of ts that are not done as take does, into
+// ds and errs, and submits their calls together: in one batch, or queued
+// one after the other for the batchers.
+func (s *syncMode) takeAll(ctx context.Context, ts []multiTake, ds []ratelimit.Decision, errs []error) {
+	n := 0
+	for i := range ts {
+		t := &ts[i]
+		if t.done {
+			continue
+		}
+		r := &t.r
+		t.windows = allWindows(r)
+		if !t.windows {
+			if err := checkExact(r, r.Cost); err != nil {
+				errs[i], t.done = err, true
+				continue
+			}
+		}
+		if !s.br.allow(r.Now) {
+			ds[i], errs[i] = s.refused(r)
+			t.done = true
+			continue
+		}
+		if t.windows {
+			t.c, t.cs = s.prepIncr(r, t.csBuf[:0])
+		} else {
+			t.c = s.prepRedis(r)
+		}
+		n++
+	}
+	s.submitAll(ctx, ts, n)
+	for i := range ts {
+		t := &ts[i]
+		if t.done {
+			continue
+		}
+		var d ratelimit.Decision
+		var err error
+		if t.windows {
+			d, err = s.finishIncr(ctx, &t.r, t.c, t.cs, t.res, t.answered)
+		} else {
+			d, err = s.finishRedis(&t.r, t.c, t.res, t.answered)
+		}
+		if err != nil {
+			d, err = s.failed(&t.r, err)
+		}
+		ds[i], errs[i] = d, err
+	}
+}
+
 func (s *syncMode) read(ctx context.Context, r *ratelimit.Request) ([]storekit.Counter, time.Time, error) {
 	if !s.br.allow(r.Now) {
 		return s.local.counters(r), r.Now, nil
@@ -139,6 +204,13 @@ func mulSat(a, b uint64) uint64 {
 // decisions unless MaxBatch is 1, and rebuilds the decision with
 // storekit.Apply from the counters the script read.
 func (s *syncMode) takeRedis(ctx context.Context, r *ratelimit.Request) (ratelimit.Decision, error) {
+	c := s.prepRedis(r)
+	res, answered := s.submit(ctx, c)
+	return s.finishRedis(r, c, res, answered)
+}
+
+// prepRedis returns the take.lua call of r.
+func (s *syncMode) prepRedis(r *ratelimit.Request) *takeCall {
 	c := newCall()
 	c.keys = make([]string, len(r.Limits))
 	for i, l := range r.Limits {
@@ -148,7 +220,11 @@ func (s *syncMode) takeRedis(ctx context.Context, r *ratelimit.Request) (ratelim
 	if s.cluster {
 		c.slot = slot(c.keys[0])
 	}
-	res, answered := s.submit(ctx, c)
+	return c
+}
+
+// finishRedis decides r from the answer to its call c.
+func (s *syncMode) finishRedis(r *ratelimit.Request, c *takeCall, res takeResult, answered bool) (ratelimit.Decision, error) {
 	if answered {
 		free(c)
 	}
