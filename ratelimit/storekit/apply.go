@@ -431,20 +431,19 @@ func TryAllow(r *ratelimit.Request, cs []Counter) bool {
 		cost = 1
 	}
 	nowNs := r.Now.UnixNano()
-	var next [inlineStates]int64 // each limit's new Cur, or a bucket's new TAT
+	var (
+		dst  [inlineStates]*int64 // each limit's Cur, or a bucket's TAT
+		next [inlineStates]int64  // and its new value
+	)
 	for i := range r.Limits {
-		n, ok := tryLimit(&r.Limits[i], &cs[i], cost, nowNs)
-		if !ok {
+		d, n := tryLimit(&r.Limits[i], &cs[i], cost, nowNs)
+		if d == nil {
 			return false
 		}
-		next[i] = n
+		dst[i], next[i] = d, n
 	}
 	for i := range r.Limits {
-		if r.Limits[i].Algorithm == ratelimit.TokenBucket {
-			cs[i].Start = next[i]
-		} else {
-			cs[i].Cur = next[i]
-		}
+		*dst[i] = next[i]
 	}
 	return true
 }
@@ -454,34 +453,33 @@ func TryAllow(r *ratelimit.Request, cs []Counter) bool {
 // call it updates c as Apply would and returns true; otherwise it returns
 // false with c rolled to nowNs. l must be valid.
 func TryAllowOne(l *ratelimit.Limit, c *Counter, cost, nowNs int64) bool {
-	n, ok := tryLimit(l, c, max(cost, 1), nowNs)
-	switch {
-	case !ok:
-	case l.Algorithm == ratelimit.TokenBucket:
-		c.Start = n
-	default:
-		c.Cur = n
+	dst, n := tryLimit(l, c, cost, nowNs)
+	if dst == nil {
+		return false
 	}
-	return ok
+	*dst = n
+	return true
 }
 
-// tryLimit reports whether a call of cost (> 0) at nowNs fits l, and if so
-// the counter's new Cur, or a bucket's new TAT. A window counter is rolled
-// to nowNs either way; nothing else of c changes.
-func tryLimit(l *ratelimit.Limit, c *Counter, cost, nowNs int64) (next int64, ok bool) {
+// tryLimit reports whether a call of cost (zero means 1) at nowNs fits l:
+// if so it returns the place of c that changes, Cur or a bucket's TAT, and
+// its new value, and otherwise nil. A window counter is rolled to nowNs
+// either way; nothing else of c changes.
+func tryLimit(l *ratelimit.Limit, c *Counter, cost, nowNs int64) (dst *int64, next int64) {
+	cost = max(cost, 1)
 	if l.Algorithm == ratelimit.TokenBucket {
 		burst := l.Capacity()
 		if cost > burst {
-			return 0, false
+			return nil, 0
 		}
 		t := emission(l)
 		nowUs := floorDiv(nowNs, int64(time.Microsecond))
 		tat := max(c.Start, nowUs)
 		inc := satMul(cost, t)
 		if tat+inc-nowUs > satMul(burst, t) {
-			return 0, false
+			return nil, 0
 		}
-		return tat + inc, true
+		return &c.Start, tat + inc
 	}
 	nowMs := floorDiv(nowNs, int64(time.Millisecond))
 	w := int64(l.Window / time.Millisecond)
@@ -495,9 +493,15 @@ func tryLimit(l *ratelimit.Limit, c *Counter, cost, nowNs int64) (next int64, ok
 		cur += cost
 	}
 	if l.Algorithm == ratelimit.FixedWindow {
-		return cur, cur <= l.Count
+		if cur > l.Count {
+			return nil, 0
+		}
+		return &c.Cur, cur
 	}
 	e := max(nowMs-c.Start, 0)
 	total := mul(uint64(cur), uint64(w)).add(mul(uint64(c.Prev), uint64(w-e)))
-	return cur, total.cmp(mul(uint64(l.Count), uint64(w))) <= 0
+	if total.cmp(mul(uint64(l.Count), uint64(w))) > 0 {
+		return nil, 0
+	}
+	return &c.Cur, cur
 }
