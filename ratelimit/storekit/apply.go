@@ -328,7 +328,14 @@ func micros(us int64) time.Duration {
 // emission returns a token bucket's emission interval T: the microseconds
 // one unit takes to refill, rounded up.
 func emission(l *ratelimit.Limit) int64 {
-	return max(ceilMulDiv(1, int64(l.Window/time.Microsecond), l.Count), 1)
+	// ceilMulDiv(1, window, Count), for a window of at least 0 and a
+	// Count above 0 (validated limits): one division.
+	w := int64(l.Window / time.Microsecond)
+	t := w / l.Count
+	if w%l.Count != 0 {
+		t++
+	}
+	return max(t, 1)
 }
 
 // maxDepth bounds a bucket's depth (about 73,000 years in microseconds) so
@@ -497,6 +504,9 @@ func tryLimit(l *ratelimit.Limit, c *Counter, cost, nowNs int64) (dst *int64, ne
 			return nil, 0
 		}
 		return &c.Cur, cur
+	}
+	if p := c.Prev; cur >= 0 && p >= 0 && cur <= l.Count && p <= l.Count-cur {
+		return &c.Cur, cur // the previous window's weight is at most 1: rate <= cur + p <= Count
 	}
 	e := max(nowMs-c.Start, 0)
 	total := mul(uint64(cur), uint64(w)).add(mul(uint64(c.Prev), uint64(w-e)))
