@@ -80,10 +80,10 @@ func CounterID(l ratelimit.Limit) uint64 {
 // Expiry returns the Unix time in nanoseconds after which c no longer
 // affects any decision for l and may be dropped.
 func (c Counter) Expiry(l ratelimit.Limit) int64 {
-	w := int64(l.Window / time.Millisecond)
 	if l.Algorithm == ratelimit.TokenBucket {
 		return c.Start * int64(time.Microsecond)
 	}
+	w := int64(l.Window / time.Millisecond)
 	if c.Next != 0 {
 		return (c.Start + 3*w) * int64(time.Millisecond)
 	}
