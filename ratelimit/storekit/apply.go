@@ -328,8 +328,8 @@ func micros(us int64) time.Duration {
 // emission returns a token bucket's emission interval T: the microseconds
 // one unit takes to refill, rounded up.
 func emission(l *ratelimit.Limit) int64 {
-	// ceilMulDiv(1, window, Count), for a window of at least 0 and a
-	// Count above 0 (validated limits): one division.
+	// The window in microseconds over Count, rounded up; both are
+	// positive in a valid limit.
 	w := int64(l.Window / time.Microsecond)
 	t := w / l.Count
 	if w%l.Count != 0 {
@@ -361,20 +361,6 @@ func floorDiv(a, b int64) int64 {
 }
 
 func floorMod(a, b int64) int64 { return a - floorDiv(a, b)*b }
-
-// ceilMulDiv returns ceil(a*b/c) for non-negative a, b and positive c,
-// saturating at MaxInt64.
-func ceilMulDiv(a, b, c int64) int64 {
-	p := mul(uint64(a), uint64(b))
-	q := p.div(uint64(c))
-	if p.sub(mul(q, uint64(c))) != (u128{}) {
-		q++
-	}
-	if q > math.MaxInt64 {
-		return math.MaxInt64
-	}
-	return int64(q)
-}
 
 // u128 is an unsigned 128-bit integer, enough for count × milliseconds of
 // any window this package accepts.
