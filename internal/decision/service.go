@@ -861,25 +861,26 @@ func statName(domain string, d *rlpb.RateLimitDescriptor, m match) string {
 // check counts d against m, writes its status into b and returns its
 // outcome.
 func (s *Service) check(ctx context.Context, store ratelimit.Store, domain string, d *rlpb.RateLimitDescriptor, m match, now time.Time, b *statusBlock) (outcome, error) {
-	req, out, done := s.before(domain, d, m, now, b)
-	if done {
+	var req ratelimit.Request
+	if out, done := s.before(domain, d, &m, now, b, &req); done {
 		return out, nil
 	}
 	dec, err := store.Take(ctx, req)
-	return s.after(domain, d, m, now, b, &req, dec, err)
+	return s.after(domain, d, &m, now, b, &req, &dec, err)
 }
 
-// before returns the store request that checks d, matched as m, or with
-// done its outcome decided without the store, its status written into b.
-func (s *Service) before(domain string, d *rlpb.RateLimitDescriptor, m match, now time.Time, b *statusBlock) (req ratelimit.Request, out outcome, done bool) {
+// before sets req to the store request that checks d, matched as m, or
+// returns with done its outcome decided without the store, its status
+// written into b.
+func (s *Service) before(domain string, d *rlpb.RateLimitDescriptor, m *match, now time.Time, b *statusBlock, req *ratelimit.Request) (out outcome, done bool) {
 	r := m.rule
 	if r.denyAll >= 0 {
 		spec := r.specs[r.denyAll]
 		if s.peer != nil {
-			s.peer.observe(statName(domain, d, m), 0, 0, m.cost, m.cost, false, r.shadow)
+			s.peer.observe(statName(domain, d, *m), 0, 0, m.cost, m.cost, false, r.shadow)
 		}
 		b.set(overCode(r), r.name, spec, 0, wholeSeconds(untilWindowEnd(spec.Window(), now)))
-		return req, overOutcome(r), true
+		return overOutcome(r), true
 	}
 	key := m.key
 	peek := m.cost == 0 || m.peek
@@ -891,18 +892,19 @@ func (s *Service) before(domain string, d *rlpb.RateLimitDescriptor, m match, no
 		if reset, ok := s.overCache.over(key, now); ok {
 			spec := r.specs[r.index[0]]
 			if s.peer != nil {
-				s.peer.observeLocalCache(statName(domain, d, m), m.cost, r.shadow)
+				s.peer.observeLocalCache(statName(domain, d, *m), m.cost, r.shadow)
 			}
 			b.set(overCode(r), r.name, spec, 0, wholeSeconds(reset))
-			return req, overOutcome(r), true
+			return overOutcome(r), true
 		}
 	}
-	return ratelimit.Request{Key: key, Limits: r.limits, Cost: cost, Now: now, Peek: peek, Penalty: s.countDenied && !peek}, 0, false
+	*req = ratelimit.Request{Key: key, Limits: r.limits, Cost: cost, Now: now, Peek: peek, Penalty: s.countDenied && !peek}
+	return 0, false
 }
 
 // after finishes the check of d, matched as m, with the store's answer to
 // req.
-func (s *Service) after(domain string, d *rlpb.RateLimitDescriptor, m match, now time.Time, b *statusBlock, req *ratelimit.Request, dec ratelimit.Decision, err error) (outcome, error) {
+func (s *Service) after(domain string, d *rlpb.RateLimitDescriptor, m *match, now time.Time, b *statusBlock, req *ratelimit.Request, dec *ratelimit.Decision, err error) (outcome, error) {
 	r, key, peek, cost := m.rule, req.Key, req.Peek, req.Cost
 	if err != nil {
 		return 0, s.storeFailed(domain, err)
@@ -926,7 +928,7 @@ func (s *Service) after(domain string, d *rlpb.RateLimitDescriptor, m match, now
 		if !ls.Counted {
 			after += m.cost
 		}
-		s.peer.observe(statName(domain, d, m), int64(spec.RequestsPerUnit), after-m.cost, after, m.cost, dec.Allowed, r.shadow)
+		s.peer.observe(statName(domain, d, *m), int64(spec.RequestsPerUnit), after-m.cost, after, m.cost, dec.Allowed, r.shadow)
 	}
 	if !dec.Allowed {
 		if s.overCache != nil && !peek {
@@ -1006,7 +1008,8 @@ func (s *Service) takeAll(ctx context.Context, mt multiTaker, domain string, des
 		if m.rule == nil || m.rule.unlimited {
 			continue
 		}
-		req, out, done := s.before(domain, descs[i], *m, now, &blocks[i])
+		var req ratelimit.Request
+		out, done := s.before(domain, descs[i], m, now, &blocks[i], &req)
 		res[i].ran = true
 		if done {
 			res[i].out = out
@@ -1020,7 +1023,7 @@ func (s *Service) takeAll(ctx context.Context, mt multiTaker, domain string, des
 	decs, errs = decs[:len(reqs)], errs[:len(reqs)]
 	mt.TakeAll(ctx, reqs, decs, errs)
 	for j, i := range idx {
-		res[i].out, res[i].err = s.after(domain, descs[i], ms[i], now, &blocks[i], &reqs[j], decs[j], errs[j])
+		res[i].out, res[i].err = s.after(domain, descs[i], &ms[i], now, &blocks[i], &reqs[j], &decs[j], errs[j])
 	}
 }
 
