@@ -30,6 +30,9 @@
 # Env:   CALLERS (default "1 16 64"), DESCRIPTORS (default "1 2"),
 #        STREAM_WORKERS (default 64; 0: a goroutine per call),
 #        ONLY (regexp over peer|sluice|bare, default all),
+#        PROFILE=1: a CPU profile of sluice-decision over each of its measured
+#        runs, from its debug port, to $OUT/sluice-desc<d>-callers<c>-round<r>.pprof
+#        (DURATION then in whole seconds, e.g. 10s),
 #        SLUICE_DECISION, ENVOY_RATELIMIT (prebuilt binaries; default: built here)
 # Output: one benchmark-format line per run ($OUT/decision.txt: decisions/s,
 # p50/p99 µs, errors, CPU µs per decision of the server, redis-server and
@@ -48,6 +51,10 @@ DESCRIPTORS=${DESCRIPTORS:-1 2}
 ONLY=${ONLY:-.}
 STREAM_WORKERS=${STREAM_WORKERS:-64}
 OUT=${OUT:-/tmp/sluice-bench-decision}
+PROFILE=${PROFILE:-}
+if [ -n "$PROFILE" ] && ! [[ $DURATION =~ ^[0-9]+s$ ]]; then
+  echo "run-decision.sh: PROFILE needs DURATION in whole seconds (e.g. 10s), got $DURATION" >&2; exit 1
+fi
 PEER_VERSION=$(cd peers/envoyratelimit && go list -m -f '{{.Version}}' github.com/envoyproxy/ratelimit)
 
 for bin in redis-server redis-cli curl go; do
@@ -101,6 +108,7 @@ PIDS+=("$REDIS_PID")
 declare -A GRPC HTTP PID
 GRPC[peer]=$(freeport); GRPC[sluice]=$(freeport); GRPC[bare]=$(freeport)
 HTTP[peer]=$(freeport); HTTP[sluice]=$(freeport)
+SLUICE_DEBUG=$(freeport)
 # The peer's variables, for both limiters. USE_STATSD=false alone would
 # make the peer print every statistic, each call's timer included, to
 # stdout; DISABLE_STATS keeps the statistics counted (in both: the debug
@@ -119,7 +127,7 @@ env "${LIMITER_ENV[@]}" GRPC_PORT="${GRPC[peer]}" PORT="${HTTP[peer]}" DEBUG_POR
 PID[peer]=$!
 PIDS+=("${PID[peer]}")
 echo "== sluice and bare: $STREAM_WORKERS gRPC stream workers"
-env "${LIMITER_ENV[@]}" GRPC_PORT="${GRPC[sluice]}" PORT="${HTTP[sluice]}" DEBUG_PORT="$(freeport)" \
+env "${LIMITER_ENV[@]}" GRPC_PORT="${GRPC[sluice]}" PORT="${HTTP[sluice]}" DEBUG_PORT="$SLUICE_DEBUG" \
   SLUICE_GRPC_STREAM_WORKERS="$STREAM_WORKERS" "$OUT/sluice-decision" > "$OUT/sluice.log" 2>&1 &
 PID[sluice]=$!
 PIDS+=("${PID[sluice]}")
@@ -145,10 +153,20 @@ for round in $(seq 1 "$ROUNDS"); do
       for s in peer sluice bare; do
         [[ $s =~ $ONLY ]] || continue
         [ "$s" = bare ] || redis-cli -p "$REDIS_PORT" FLUSHALL > /dev/null
+        prof=
+        if [ -n "$PROFILE" ] && [ "$s" = sluice ]; then
+          # The measured part only: the warm-up first, then DURATION.
+          (sleep "$WARMUP" && curl -sf -o "$OUT/sluice-desc$d-callers$c-round$round.pprof" \
+            "http://127.0.0.1:$SLUICE_DEBUG/debug/pprof/profile?seconds=${DURATION%s}") &
+          prof=$!
+        fi
         "$OUT/rlsload" -addr "127.0.0.1:${GRPC[$s]}" -callers "$c" -descriptors "$d" -conns 4 -users 10000 \
           -warmup "$WARMUP" -duration "$DURATION" -server-pid "${PID[$s]}" \
           -redis "127.0.0.1:$REDIS_PORT" -redis-pid "$REDIS_PID" \
           -name "Decision/desc=$d/callers=$c/$s" | tee -a "$OUT/decision.txt" || fail=1
+        if [ -n "$prof" ] && ! wait "$prof"; then
+          echo "run-decision.sh: the CPU profile of sluice-decision failed" >&2; fail=1
+        fi
         if ! kill -0 "${PID[$s]}" 2>/dev/null; then
           echo "run-decision.sh: $s exited; its log:" >&2; tail -20 "$OUT/$s.log" >&2; exit 1
         fi
