@@ -18,7 +18,8 @@ import (
 
 // A Plugin is one configured plugin instance of a configuration
 // generation. Access runs in the access phase, in descending priority
-// order of the plugin names; a plugin that answers the request itself
+// order of the plugin names (equal priorities: names in descending order,
+// as in Kong); a plugin that answers the request itself
 // (x.Respond) stops the chain and the request is not proxied.
 //
 // Plugins must be safe for concurrent use: one instance serves every
@@ -209,7 +210,9 @@ func buildChain(all []*instance, r *kongconf.Route) *chain {
 		if pi != pj {
 			return pi > pj
 		}
-		return names[i] < names[j]
+		// Kong breaks ties by name, descending: rate-limiting-advanced
+		// runs before rate-limiting (docs/kong-compatibility.md).
+		return names[i] > names[j]
 	})
 	c := &chain{}
 	for _, n := range names {

@@ -272,3 +272,46 @@ func TestPickScopeGroup(t *testing.T) {
 		}
 	}
 }
+
+// TestEqualPriorityOrder: rate-limiting-advanced and rate-limiting share
+// priority 910, and Kong runs equal priorities by name, descending. So
+// rate-limiting-advanced runs first: a request it rejects never counts
+// against rate-limiting, whose headers, set last, are the client's.
+func TestEqualPriorityOrder(t *testing.T) {
+	up := echoUpstream(t)
+	_, base := startGateway(t, withUpstream(`
+_format_version: "3.0"
+services:
+- name: s1
+  url: UPSTREAM
+  routes:
+  - name: a
+    paths: [/a]
+    plugins:
+    - name: rate-limiting-advanced
+      config: {limit: [2], window_size: [60], identifier: ip, namespace: order-a, window_type: fixed}
+  - name: b
+    paths: [/b]
+plugins:
+- name: rate-limiting
+  config: {minute: 3, limit_by: ip}
+`, up), Options{})
+	for i, c := range []struct {
+		path, limit, remaining string
+		status                 int
+	}{
+		{"/a", "3", "2", 200},
+		{"/a", "3", "1", 200},
+		{"/a", "2", "0", 429}, // rate-limiting-advanced's answer; rate-limiting never ran
+		{"/a", "2", "0", 429},
+		{"/b", "3", "0", 200}, // rate-limiting's third request
+		{"/b", "3", "0", 429},
+	} {
+		r := do(t, "GET", base+c.path, nil)
+		lim, rem := r.header.Get("X-RateLimit-Limit-Minute"), r.header.Get("X-RateLimit-Remaining-Minute")
+		if r.status != c.status || lim != c.limit || rem != c.remaining {
+			t.Errorf("request %d (%s): %d, limit %q, remaining %q; want %d, %q, %q",
+				i+1, c.path, r.status, lim, rem, c.status, c.limit, c.remaining)
+		}
+	}
+}
