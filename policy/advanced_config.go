@@ -252,8 +252,8 @@ func ParseAdvanced(raw []byte) (*AdvancedConfig, error) {
 	f.identifier("identifier", &cfg.Identifier)
 	f.identifiers("compound_identifier", &cfg.CompoundIdentifier)
 	f.enum("counter_key", &cfg.CounterKey, true, CounterKeyID, CounterKeyUsername, CounterKeyCustomID)
-	f.optString("header_name", &cfg.HeaderName)
-	f.optString("path", &cfg.Path)
+	f.optHeaderName("header_name", &cfg.HeaderName)
+	f.optURLPath("path", &cfg.Path)
 	var ns *string
 	f.optString("namespace", &ns)
 	f.enumString("strategy", &cfg.Strategy, StrategyLocal, StrategyRedis, StrategyCluster)

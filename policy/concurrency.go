@@ -153,6 +153,8 @@ func compileConcurrency(cfg *ConcurrencyConfig) (*Concurrency, string, error) {
 		c.ident = id
 		if cfg.HeaderName == "" {
 			add("config.header_name", "No header name provided")
+		} else if msg := checkHeaderName(cfg.HeaderName); msg != "" {
+			add("config.header_name", msg)
 		}
 		c.header = cfg.HeaderName
 	default:

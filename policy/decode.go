@@ -170,6 +170,69 @@ func (f *fields) optString(name string, dst **string) {
 	}
 }
 
+// optHeaderName reads a nullable HTTP header name, checked as Kong's
+// header_name type: letters, digits, '-' and '_' only.
+func (f *fields) optHeaderName(name string, dst **string) {
+	f.optString(name, dst)
+	if *dst != nil {
+		if msg := checkHeaderName(**dst); msg != "" {
+			f.d.fail(f.at(name), msg)
+		}
+	}
+}
+
+func checkHeaderName(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !isAlnum(c) && c != '-' && c != '_' {
+			return "bad header name '" + s + "', allowed characters are A-Z, a-z, 0-9, '_', and '-'"
+		}
+	}
+	return ""
+}
+
+// optURLPath reads a nullable URL path, checked as Kong's path type: it
+// starts with '/', has no empty segment, holds only RFC 3986 path
+// characters, and every '%' starts a percent-encoded byte.
+func (f *fields) optURLPath(name string, dst **string) {
+	f.optString(name, dst)
+	if *dst != nil {
+		if msg := checkURLPath(**dst); msg != "" {
+			f.d.fail(f.at(name), msg)
+		}
+	}
+}
+
+func checkURLPath(s string) string {
+	if !strings.HasPrefix(s, "/") {
+		return "should start with: /"
+	}
+	if strings.Contains(s, "//") {
+		return "must not have empty segments"
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !isAlnum(c) && !strings.ContainsRune("._~-/%:@!$&'()*+,;=", rune(c)) {
+			return "invalid path: '" + s + "' (characters outside of the reserved list of RFC 3986 found)"
+		}
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			continue
+		}
+		if i+2 < len(s) && isHex(s[i+1]) && isHex(s[i+2]) {
+			i += 2
+			continue
+		}
+		return "invalid url-encoded value: '" + s[i:min(i+3, len(s))] + "'"
+	}
+	return ""
+}
+
+func isAlnum(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+func isHex(c byte) bool { return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F' }
+
 // enum reads a string that must be one of allowed. A nullable enum is
 // cleared by null; a non-nullable one reports "required field missing".
 func (f *fields) enum(name string, dst **string, nullable bool, allowed ...string) {

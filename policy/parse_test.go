@@ -166,3 +166,28 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestKongStringTypes: path and header_name are checked as Kong's path and
+// header_name types (kong/db/schema/typedefs.lua): what Kong accepts loads.
+func TestKongStringTypes(t *testing.T) {
+	for _, p := range []string{"/", "/orders", "/a%2Fb/%7e", "/v1/~x:@!$&'()*+,;=._-"} {
+		if msg := checkURLPath(p); msg != "" {
+			t.Errorf("path %q: %s", p, msg)
+		}
+	}
+	for _, p := range []string{"orders", "/a//b", "/a b", "/a?b", "/a#b", "/é", "/a%", "/a%4", "/a%g0"} {
+		if checkURLPath(p) == "" {
+			t.Errorf("path %q accepted", p)
+		}
+	}
+	for _, h := range []string{"X-Tenant", "x_tenant", "A1"} {
+		if msg := checkHeaderName(h); msg != "" {
+			t.Errorf("header name %q: %s", h, msg)
+		}
+	}
+	for _, h := range []string{"X Tenant", "X-Tenant:", "X.Tenant", "é"} {
+		if checkHeaderName(h) == "" {
+			t.Errorf("header name %q accepted", h)
+		}
+	}
+}
