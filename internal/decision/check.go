@@ -23,10 +23,16 @@ type CheckConfig struct {
 	// Domain is the domain every check is decided in; it must be one of
 	// the configured domains.
 	Domain string
-	// TrustedProxies are the peers whose forwarding headers (X-Original-*,
-	// X-Forwarded-*, X-Real-IP) describe the original request. A check from
-	// any other peer is decided on its own method, URI, host and address.
-	// Empty means loopback only.
+	// Proxy names the proxy that asks, and so which of its forwarding
+	// headers describe the original request: ProxyNginx (X-Original-URI,
+	// X-Original-Method, X-Forwarded-Host, X-Real-IP) or ProxyTraefik
+	// (X-Forwarded-Uri, X-Forwarded-Method, X-Forwarded-Host, the last
+	// X-Forwarded-For entry). Each proxy passes the other's headers on from
+	// the client unchanged, so only its own are read.
+	Proxy string
+	// TrustedProxies are the peers whose forwarding headers describe the
+	// original request. A check from any other peer is decided on its own
+	// method, URI, host and address. Empty means loopback only.
 	TrustedProxies []netip.Prefix
 	// DenyStatus answers a request over its limit: 403 (the default), which
 	// nginx's auth_request acts on (any status but 2xx, 401 and 403 is an
@@ -52,6 +58,12 @@ type CheckEntry struct {
 	From  string
 }
 
+// The proxies a check section may name.
+const (
+	ProxyNginx   = "nginx"
+	ProxyTraefik = "traefik"
+)
+
 // checkSources are the request parts a CheckEntry may take its value from.
 var checkSources = []string{"client_ip", "method", "path", "host", "header:<name>", "query:<name>"}
 
@@ -66,6 +78,13 @@ func (d *decoder) check(path string, n *yaml.Node, domains []Domain) *CheckConfi
 		d.add(m.node, joinPath(path, "domain"), "required")
 	case !hasDomain(domains, c.Domain):
 		d.add(m.field("domain"), joinPath(path, "domain"), "unknown domain %q", c.Domain)
+	}
+	switch c.Proxy = m.str("proxy"); c.Proxy {
+	case ProxyNginx, ProxyTraefik:
+	case "":
+		d.add(m.node, joinPath(path, "proxy"), "required: nginx or traefik (whose forwarding headers describe the original request)")
+	default:
+		d.add(m.field("proxy"), joinPath(path, "proxy"), "expected nginx or traefik, got %q", c.Proxy)
 	}
 	if v, ok := m.uint32("deny_status"); ok {
 		if v < 400 || v > 499 {
@@ -167,25 +186,27 @@ type checkedRequest struct {
 }
 
 // original reads the request a check is about: from the forwarding
-// headers when the peer is trusted (nginx: X-Original-URI,
-// X-Original-Method; Traefik: X-Forwarded-Uri, X-Forwarded-Method; both:
-// X-Forwarded-Host, X-Real-IP, X-Forwarded-For), else from the check
-// request itself.
+// headers of c.Proxy when the peer is trusted, else from the check request
+// itself.
 func (c *CheckConfig) original(r *http.Request) checkedRequest {
 	peer := remoteAddr(r.RemoteAddr)
 	o := checkedRequest{method: r.Method, host: r.Host, clientIP: peer.String(), header: r.Header}
 	uri := r.URL.RequestURI()
 	if peer.IsValid() && c.trusted(peer) {
-		if v := first(r.Header, "X-Original-Method", "X-Forwarded-Method"); v != "" {
+		method, uriHeader := "X-Original-Method", "X-Original-URI"
+		if c.Proxy == ProxyTraefik {
+			method, uriHeader = "X-Forwarded-Method", "X-Forwarded-Uri"
+		}
+		if v := r.Header.Get(method); v != "" {
 			o.method = v
 		}
-		if v := first(r.Header, "X-Original-URI", "X-Forwarded-Uri"); v != "" {
+		if v := r.Header.Get(uriHeader); v != "" {
 			uri = v
 		}
 		if v := r.Header.Get("X-Forwarded-Host"); v != "" {
 			o.host = v
 		}
-		if v := r.Header.Get("X-Real-IP"); v != "" {
+		if v := r.Header.Get("X-Real-IP"); v != "" && c.Proxy == ProxyNginx {
 			o.clientIP = v
 		} else if v := r.Header.Values("X-Forwarded-For"); len(v) > 0 {
 			// The entry the proxy in front of us appended: the one it saw.
@@ -196,11 +217,12 @@ func (c *CheckConfig) original(r *http.Request) checkedRequest {
 			o.clientIP = strings.TrimSpace(last)
 		}
 	}
-	o.path, o.query = uri, url.Values{}
-	if p, q, ok := strings.Cut(uri, "?"); ok {
-		o.path = p
+	o.query = url.Values{}
+	p, q, ok := strings.Cut(uri, "?")
+	if ok {
 		o.query, _ = url.ParseQuery(q) // a malformed pair is left out, as a proxy would read it
 	}
+	o.path = normalizePath(p)
 	if h, _, err := net.SplitHostPort(o.host); err == nil {
 		o.host = h
 	}
@@ -225,13 +247,66 @@ func remoteAddr(s string) netip.Addr {
 	return ap.Addr().Unmap()
 }
 
-func first(h http.Header, names ...string) string {
-	for _, n := range names {
-		if v := h.Get(n); v != "" {
-			return v
+// normalizePath returns the path a server treats p as (RFC 3986 section
+// 6.2.2, and nginx's merge_slashes): percent-encoded unreserved characters
+// decoded, other percent-encodings in upper case, repeated slashes merged
+// and dot segments removed. So /%6Cogin, //login and /a/../login are all
+// checked as /login.
+func normalizePath(p string) string {
+	var b strings.Builder
+	b.Grow(len(p))
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if c == '%' && i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) {
+			v := unhex(p[i+1])<<4 | unhex(p[i+2])
+			if unreserved(v) {
+				b.WriteByte(v)
+			} else {
+				b.WriteByte('%')
+				b.WriteString(strings.ToUpper(p[i+1 : i+3]))
+			}
+			i += 2
+			continue
+		}
+		b.WriteByte(c)
+	}
+	segs := strings.Split(b.String(), "/")
+	out := make([]string, 0, len(segs))
+	for i, seg := range segs {
+		last := i == len(segs)-1
+		switch seg {
+		case "", ".":
+			if last {
+				out = append(out, "") // a trailing slash stays
+			}
+		case "..":
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+			if last {
+				out = append(out, "")
+			}
+		default:
+			out = append(out, seg)
 		}
 	}
-	return ""
+	return "/" + strings.Join(out, "/")
+}
+
+func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c <= 'F':
+		return c - 'A' + 10
+	}
+	return c - 'a' + 10
+}
+
+func unreserved(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
 }
 
 // descriptors builds the rate limit descriptors of o.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/seed-008287da/sluice/internal/testservers"
@@ -90,11 +91,63 @@ func TestNginxAuthRequest(t *testing.T) {
 	}
 }
 
+// TestNginxAuthRequestFailOpen: with the documented snippet, a decision
+// service that answers an error, hangs past the snippet's timeouts, or is
+// down lets the request through unchecked, never a 500 for the client.
+func TestNginxAuthRequestFailOpen(t *testing.T) {
+	svc := newService(t, checkConfig(t, "403"), newClock(t0).opts())
+	var mode atomic.Value
+	mode.Store("serve")
+	stop := make(chan struct{})
+	decide := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch mode.Load() {
+		case "error":
+			http.Error(w, "no rate limit configuration loaded", http.StatusServiceUnavailable)
+		case "hang":
+			select { // until nginx gives up (proxy_read_timeout) or the test ends
+			case <-r.Context().Done():
+			case <-stop:
+			}
+		default:
+			svc.Handler().ServeHTTP(w, r)
+		}
+	}))
+	defer decide.Close()
+	defer close(stop)
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "backend "+r.URL.Path)
+	}))
+	defer backend.Close()
+	snippet, err := os.ReadFile("../../examples/nginx/auth_request.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := strings.NewReplacer("127.0.0.1:8080", strings.TrimPrefix(decide.URL, "http://"),
+		"127.0.0.1:9000", strings.TrimPrefix(backend.URL, "http://")).Replace(string(snippet))
+	ngx := testservers.Nginx(t, "", conf)
+	get := func(what string) {
+		t.Helper()
+		res, body := doGet(t, ngx.URL()+"/x", nil)
+		if res.StatusCode != 200 || body != "backend /x" {
+			t.Fatalf("%s: %d %q, want the backend's 200\n%s", what, res.StatusCode, body, ngx.ErrorLog())
+		}
+	}
+	get("decided")
+	mode.Store("error")
+	get("an error answer")
+	mode.Store("hang")
+	get("a hung service")
+	mode.Store("serve")
+	decide.Close()
+	get("the service down")
+}
+
 // TestCheckForwardAuth: Traefik's forwardAuth sends the original request
 // in X-Forwarded-*; with deny_status 429 the answer is passed to the client
 // as is. Headers from a peer that is not trusted are ignored.
 func TestCheckForwardAuth(t *testing.T) {
 	cfg := strings.Replace(checkConfig(t, "429"), "trusted_proxies: [127.0.0.1, \"::1\"]", "trusted_proxies: [127.0.0.1]", 1)
+	cfg = strings.Replace(cfg, "proxy: nginx", "proxy: traefik", 1)
 	svc := newService(t, cfg, newClock(t0).opts())
 	srv := httptest.NewServer(svc.Handler())
 	defer srv.Close()
@@ -144,10 +197,69 @@ func TestCheckConfigErrors(t *testing.T) {
 		{"check: {domain: edge, descriptors: [[{key: k}]]}", "check.descriptors[0][0]: give value or from"},
 		{"check: {domain: edge, trusted_proxies: [nope], descriptors: [[{key: k, value: v}]]}", `check.trusted_proxies[0]: expected an address or CIDR, got "nope"`},
 		{"check: {domain: edge, colour: red, descriptors: [[{key: k, value: v}]]}", "check.colour: unknown field"},
+		{"check: {domain: edge, descriptors: [[{key: k, value: v}]]}", "check.proxy: required: nginx or traefik"},
+		{"check: {domain: edge, proxy: envoy, descriptors: [[{key: k, value: v}]]}", `check.proxy: expected nginx or traefik, got "envoy"`},
 	} {
 		_, err := Parse([]byte(base + tc.check))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s:\n got %v\nwant %s", tc.check, err, tc.want)
+		}
+	}
+}
+
+// TestCheckProxyHeaders: each proxy passes the other's headers on from the
+// client unchanged, so a check reads only the named proxy's: behind
+// Traefik a client's X-Original-URI or X-Real-IP does not move its request
+// to another counter, nor behind nginx a client's X-Forwarded-Uri.
+func TestCheckProxyHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		proxy string
+		hdr   func(i int) map[string]string
+	}{
+		{"traefik", func(i int) map[string]string {
+			return map[string]string{"X-Forwarded-Method": "GET", "X-Forwarded-Uri": "/login", "X-Forwarded-For": "203.0.113.1",
+				"X-Original-URI": "/not-login-" + strconv.Itoa(i), "X-Real-IP": "198.51.100." + strconv.Itoa(i)}
+		}},
+		{"nginx", func(i int) map[string]string {
+			return map[string]string{"X-Original-Method": "GET", "X-Original-URI": "/login", "X-Real-IP": "203.0.113.1",
+				"X-Forwarded-Uri": "/not-login-" + strconv.Itoa(i), "X-Forwarded-Method": "POST"}
+		}},
+	} {
+		t.Run(tc.proxy, func(t *testing.T) {
+			cfg := strings.Replace(checkConfig(t, "403"), "proxy: nginx", "proxy: "+tc.proxy, 1)
+			svc := newService(t, cfg, newClock(t0).opts())
+			srv := httptest.NewServer(svc.Handler())
+			defer srv.Close()
+			for i := 1; i <= 3; i++ {
+				res, _ := doGet(t, srv.URL+"/check", tc.hdr(i))
+				if want := []int{0, 200, 200, 403}[i]; res.StatusCode != want {
+					t.Fatalf("check %d: %d, want %d (the /login limit of 2)", i, res.StatusCode, want)
+				}
+			}
+		})
+	}
+}
+
+// TestCheckPathNormalized: a path spelled another way (an encoded
+// unreserved character, a doubled slash, a dot segment) is the path the
+// server serves, and is counted as that path.
+func TestCheckPathNormalized(t *testing.T) {
+	for in, want := range map[string]string{
+		"/login": "/login", "/%6Cogin": "/login", "//login": "/login", "/a/../login": "/login", "/./login": "/login",
+		"/login/": "/login/", "/": "/", "": "/", "/a%2fb": "/a%2Fb", "/%7Euser": "/~user", "/a//b/": "/a/b/", "/..": "/",
+		"/a/%2E%2E/login": "/login", "/a%zz": "/a%zz",
+	} {
+		if got := normalizePath(in); got != want {
+			t.Errorf("normalizePath(%q) = %q, want %q", in, got, want)
+		}
+	}
+	svc := newService(t, checkConfig(t, "403"), newClock(t0).opts())
+	srv := httptest.NewServer(svc.Handler())
+	defer srv.Close()
+	for i, uri := range []string{"/login", "/%6Cogin", "//login?x=1"} {
+		res, _ := doGet(t, srv.URL+"/check", map[string]string{"X-Original-URI": uri, "X-Real-IP": "203.0.113." + strconv.Itoa(i)})
+		if want := []int{200, 200, 403}[i]; res.StatusCode != want {
+			t.Fatalf("check of %s: %d, want %d (the /login limit of 2)", uri, res.StatusCode, want)
 		}
 	}
 }
