@@ -218,7 +218,7 @@ func TestParseFiles(t *testing.T) {
 	b := File{Name: "b.yaml", Data: []byte("domain: d\ndescriptors: [{key: b, rate_limit: {unit: hour, requests_per_unit: 1}}]\n")}
 	b2 := File{Name: "c.yaml", Data: []byte("domain: d\ndescriptors: [{key: b, rate_limit: {unit: hour, requests_per_unit: 1}}]\n")}
 	set1 := File{Name: "s1.yaml", Data: []byte("response_headers: true\ndomain: e\ndescriptors: [{key: x}]\n")}
-	set2 := File{Name: "s2.yaml", Data: []byte("shadow_mode: true\ndomain: f\ndescriptors: [{key: x}]\n")}
+	set2 := File{Name: "s2.yaml", Data: []byte("shadow_mode: true\ndomains: [{domain: f, descriptors: [{key: x}]}]\n")}
 	bad := File{Name: "bad.yaml", Data: []byte("domain: g\ndescriptors: [{key: x, colour: red}]\n")}
 
 	cfg, err := ParseFiles([]File{a, b, set1}, ParseOptions{MergeDomains: true})

@@ -343,6 +343,12 @@ func parse(data []byte) (*Config, []string, []field.Error) {
 		}
 	}
 	cfg.ShadowMode = top.boolean("shadow_mode")
+	if cfg.ShadowMode && top.has("domain") {
+		// envoyproxy/ratelimit reads a file's domain and descriptors and
+		// ignores a shadow_mode beside them; sluice's would shadow every
+		// domain. Neither reading is safe to guess.
+		d.add(top.field("shadow_mode"), "shadow_mode", "beside domain, envoyproxy/ratelimit ignores it and sluice would answer OK for every domain: set it per descriptor, or for the whole service with SHADOW_MODE or beside domains")
+	}
 	if n := top.field("store"); n != nil {
 		cfg.storeSet = true
 		cfg.Store = d.store("store", n)

@@ -108,6 +108,10 @@ func TestParseErrors(t *testing.T) {
 		{"unit a list", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: [1], requests_per_unit: 1}\n",
 			[]string{"line 4: descriptors[0].rate_limit.unit: expected a string, got a list"}},
 		{"shadow_mode a list", "domain: d\ndescriptors:\n  - key: a\n    shadow_mode: [1]\n", []string{"line 4: descriptors[0].shadow_mode: expected true or false, got a list"}},
+		// envoyproxy/ratelimit ignores a top-level shadow_mode beside
+		// domain; sluice's would shadow every domain: neither is guessed.
+		{"shadow_mode beside domain", "shadow_mode: true\ndomain: d\ndescriptors: [{key: a}]\n",
+			[]string{"line 1: shadow_mode: beside domain, envoyproxy/ratelimit ignores it and sluice would answer OK for every domain: set it per descriptor, or for the whole service with SHADOW_MODE or beside domains"}},
 		{"descriptors a mapping", "domain: d\ndescriptors: {a: 1}\n", []string{"line 2: descriptors: expected a list, got an object"}},
 		{"nested list", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n      - key: c\n        rate_limit: {unit: second, requests_per_unit: 1.5}\n",
 			[]string{"line 7: descriptors[0].descriptors[1].rate_limit.requests_per_unit: expected an integer, got the number 1.5"}},

@@ -446,12 +446,13 @@ func TestResponseHeadersAndGlobalShadowMode(t *testing.T) {
 response_headers: true
 response_header_format: draft_03
 shadow_mode: true
-domain: d
-descriptors:
-  - key: a
-    rate_limit: {name: "per \"a\"", unit: minute, requests_per_unit: 5}
-  - key: b
-    rate_limit: {unit: second, requests_per_unit: 1}
+domains:
+  - domain: d
+    descriptors:
+      - key: a
+        rate_limit: {name: "per \"a\"", unit: minute, requests_per_unit: 5}
+      - key: b
+        rate_limit: {unit: second, requests_per_unit: 1}
 `
 	eachBackendYAML(t, cfg, Options{}, func(t *testing.T, b backend) {
 		c := b.c
