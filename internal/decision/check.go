@@ -388,7 +388,7 @@ func (s *Service) serveCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	h := w.Header()
 	over := resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT
-	if st := closest(resp.Statuses); st != nil {
+	if st := closest(resp.Statuses, nil); st != nil {
 		limit := strconv.FormatUint(uint64(st.CurrentLimit.RequestsPerUnit), 10)
 		remaining := strconv.FormatUint(uint64(st.LimitRemaining), 10)
 		reset := ceilSeconds(st.DurationUntilReset.AsDuration())

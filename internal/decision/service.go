@@ -622,7 +622,9 @@ func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now t
 	pending := 0
 	for i := range ms {
 		m := &ms[i]
-		if m.rule != nil && m.rule.name != "" && replaced[m.rule.name] {
+		// An unlimited limit stays unlimited when replaced, as in
+		// envoyproxy/ratelimit: its status keeps the remaining 2^32-1.
+		if m.rule != nil && m.rule.name != "" && replaced[m.rule.name] && !m.rule.unlimited {
 			*m = match{}
 		}
 		m.cost = hits
@@ -723,10 +725,14 @@ func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now t
 		if s.headers != nil {
 			names = *s.headers
 		}
+		quota := func(i int) bool {
+			r := ms[i].rule
+			return r != nil && !r.unlimited && (r.quota || s.quotaMode)
+		}
 		if g.cfg.ResponseHeaderFormat == HeadersDraft03 && s.headers == nil {
-			resp.ResponseHeadersToAdd = draft03Headers(resp.Statuses)
+			resp.ResponseHeadersToAdd = draft03Headers(resp.Statuses, quota)
 		} else {
-			resp.ResponseHeadersToAdd = rateLimitHeaders(resp.Statuses, names)
+			resp.ResponseHeadersToAdd = rateLimitHeaders(resp.Statuses, quota, names)
 		}
 	}
 	if s.dynamicMetadata {
@@ -1148,10 +1154,10 @@ func clampUint32(v int64) uint32 {
 
 // rateLimitHeaders builds envoyproxy/ratelimit's headers (RateLimit-Limit:
 // 10, RateLimit-Remaining: 4, RateLimit-Reset: 58, under names) from the
-// status closest to its limit. It returns nil when no descriptor had a
-// limit.
-func rateLimitHeaders(sts []*rlspb.RateLimitResponse_DescriptorStatus, names HeaderNames) []*corepb.HeaderValue {
-	best := closest(sts)
+// status closest to its limit (closest). It returns nil when no descriptor
+// had a limit.
+func rateLimitHeaders(sts []*rlspb.RateLimitResponse_DescriptorStatus, quota func(int) bool, names HeaderNames) []*corepb.HeaderValue {
+	best := closest(sts, quota)
 	if best == nil {
 		return nil
 	}
@@ -1164,10 +1170,9 @@ func rateLimitHeaders(sts []*rlspb.RateLimitResponse_DescriptorStatus, names Hea
 
 // draft03Headers builds the x-ratelimit-* headers of
 // draft-ietf-httpapi-ratelimit-headers-03 from the status closest to its
-// limit: the first one over limit, else the one with the least remaining.
-// It returns nil when no descriptor had a limit.
-func draft03Headers(sts []*rlspb.RateLimitResponse_DescriptorStatus) []*corepb.HeaderValue {
-	best := closest(sts)
+// limit (closest). It returns nil when no descriptor had a limit.
+func draft03Headers(sts []*rlspb.RateLimitResponse_DescriptorStatus, quota func(int) bool) []*corepb.HeaderValue {
+	best := closest(sts, quota)
 	if best == nil {
 		return nil
 	}
@@ -1191,20 +1196,23 @@ func draft03Headers(sts []*rlspb.RateLimitResponse_DescriptorStatus) []*corepb.H
 	}
 }
 
-// closest returns the status closest to its limit: the first one over
-// limit, else the one with the least remaining; nil when no descriptor had
-// a limit.
-func closest(sts []*rlspb.RateLimitResponse_DescriptorStatus) *rlspb.RateLimitResponse_DescriptorStatus {
+// closest returns the status the rate-limit headers describe, as
+// envoyproxy/ratelimit chooses it: the last status over its limit that is
+// not a quota (quota(i) reports whether status i is; nil: none is), else
+// the first of those with the least remaining. It returns nil when no
+// descriptor had a limit.
+func closest(sts []*rlspb.RateLimitResponse_DescriptorStatus, quota func(int) bool) *rlspb.RateLimitResponse_DescriptorStatus {
 	var best *rlspb.RateLimitResponse_DescriptorStatus
-	for _, st := range sts {
+	least := uint32(math.MaxUint32)
+	for i, st := range sts {
 		if st.CurrentLimit == nil {
 			continue
 		}
-		if st.Code == rlspb.RateLimitResponse_OVER_LIMIT {
-			return st
+		if st.LimitRemaining < least {
+			best, least = st, st.LimitRemaining
 		}
-		if best == nil || st.LimitRemaining < best.LimitRemaining {
-			best = st
+		if st.Code == rlspb.RateLimitResponse_OVER_LIMIT && (quota == nil || !quota(i)) {
+			best, least = st, 0
 		}
 	}
 	return best

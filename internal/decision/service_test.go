@@ -574,3 +574,61 @@ func TestStoreFailureIsUnavailable(t *testing.T) {
 		t.Errorf("Decide error %v: want a store error", direct)
 	}
 }
+
+// TestHeadersDescribeLastOverLimit: with several descriptors over their
+// limits the rate-limit headers describe the last one that is not a quota,
+// as envoyproxy/ratelimit's do; within the limits, the first with the
+// least remaining.
+func TestHeadersDescribeLastOverLimit(t *testing.T) {
+	svc := newService(t, `
+response_headers: true
+domains:
+  - domain: t
+    descriptors:
+      - {key: k, rate_limit: {unit: minute, requests_per_unit: 5}}
+      - {key: w, rate_limit: {unit: hour, requests_per_unit: 3}}
+      - {key: q, quota_mode: true, rate_limit: {unit: day, requests_per_unit: 1}}
+`, Options{})
+	c, _ := serveGRPC(t, svc)
+	hdr := func(resp *rlspb.RateLimitResponse) string {
+		var parts []string
+		for _, h := range resp.ResponseHeadersToAdd {
+			parts = append(parts, h.Key+": "+h.Value)
+		}
+		return strings.Join(parts, ", ")
+	}
+	req := request("t", desc("k", "a"), desc("w", "a"), desc("q", "a"))
+	want := []string{
+		"RateLimit-Limit: 1, RateLimit-Remaining: 0", // the quota's 0 is the least remaining
+		"RateLimit-Limit: 1, RateLimit-Remaining: 0", // the quota over its limit: still the least remaining
+		"RateLimit-Limit: 3, RateLimit-Remaining: 0", // w's last request: 0 too, and first
+		"RateLimit-Limit: 3, RateLimit-Remaining: 0", // w over its limit, the quota ignored
+		"RateLimit-Limit: 3, RateLimit-Remaining: 0",
+		"RateLimit-Limit: 3, RateLimit-Remaining: 0", // k over too: w is the last
+	}
+	for i, w := range want {
+		if got := hdr(call(t, c, req)); !strings.HasPrefix(got, w) {
+			t.Errorf("call %d: %s, want %s...", i+1, got, w)
+		}
+	}
+	// Two within their limits, equal remaining: the first.
+	if got := hdr(call(t, c, request("t", desc("k", "b"), desc("w", "b")))); !strings.HasPrefix(got, "RateLimit-Limit: 3, RateLimit-Remaining: 2") {
+		t.Errorf("within: %s", got)
+	}
+}
+
+// TestReplacedUnlimited: an unlimited limit named in another's replaces
+// keeps its remaining of 2^32-1, as in envoyproxy/ratelimit.
+func TestReplacedUnlimited(t *testing.T) {
+	svc := newService(t, `
+domain: r
+descriptors:
+  - {key: u, rate_limit: {unlimited: true, name: un}}
+  - {key: l, rate_limit: {unit: minute, requests_per_unit: 1, name: lim, replaces: [{name: un}]}}
+`, Options{})
+	c, _ := serveGRPC(t, svc)
+	resp := call(t, c, request("r", desc("l", "a"), desc("u", "a")))
+	if st := resp.Statuses[1]; st.Code != rlspb.RateLimitResponse_OK || st.LimitRemaining != math.MaxUint32 {
+		t.Errorf("replaced unlimited: %v", st)
+	}
+}
