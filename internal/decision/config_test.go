@@ -276,3 +276,18 @@ descriptors: []
 		t.Errorf("the error quotes the password: %v", err)
 	}
 }
+
+// TestYAML11Booleans: envoyproxy/ratelimit reads its files as YAML 1.1,
+// where plain yes/no/on/off/y/n are booleans; a quoted one stays a string.
+func TestYAML11Booleans(t *testing.T) {
+	cfg, err := Parse([]byte("domain: d\ndescriptors:\n  - {key: a, shadow_mode: yes, detailed_metric: on, rate_limit: {unit: second, requests_per_unit: 1}}\n  - {key: b, shadow_mode: Off}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cfg.Domains[0].Descriptors; !d[0].ShadowMode || !d[0].DetailedMetric || d[1].ShadowMode {
+		t.Errorf("descriptors: %+v", d)
+	}
+	if _, err := Parse([]byte("domain: d\ndescriptors:\n  - {key: a, shadow_mode: \"yes\"}\n")); err == nil || !strings.Contains(err.Error(), "shadow_mode: expected true or false, got a string") {
+		t.Errorf("quoted yes: %v", err)
+	}
+}

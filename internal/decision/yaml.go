@@ -171,6 +171,16 @@ func (m *mapping) boolean(name string) bool {
 	if n == nil {
 		return false
 	}
+	if n.Kind == yaml.ScalarNode && n.Style == 0 && n.Tag == "!!str" {
+		// envoyproxy/ratelimit reads its files as YAML 1.1, where these
+		// plain words are booleans too.
+		switch n.Value {
+		case "yes", "Yes", "YES", "on", "On", "ON", "y", "Y":
+			return true
+		case "no", "No", "NO", "off", "Off", "OFF", "n", "N":
+			return false
+		}
+	}
 	if n.Kind != yaml.ScalarNode || n.Tag != "!!bool" {
 		m.d.mistype(n, joinPath(m.path, name), field.Boolean)
 		return false
