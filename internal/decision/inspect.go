@@ -273,5 +273,15 @@ func (s *Service) serveTop(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if d := q.Get("domain"); d != "" && !s.hasDomain(d) {
+		writeError(w, http.StatusNotFound, "domain: "+strconv.Quote(d)+" is not a configured domain")
+		return
+	}
 	writeJSONValue(w, http.StatusOK, map[string]any{"data": s.Top(q.Get("domain"), by, n, s.now())})
+}
+
+// hasDomain reports whether the configuration in use has domain.
+func (s *Service) hasDomain(domain string) bool {
+	_, ok := s.gen.Load().domains[domain]
+	return ok
 }

@@ -54,6 +54,9 @@ func inspectAndReset(t *testing.T, a, b *Service) {
 		top.Data[0].Entries[0].Denied != 1 || top.Data[0].Entries[0].Requests < 1 {
 		t.Fatalf("top: %d %+v", code, top)
 	}
+	if code := httpDo(t, "GET", ha.URL+"/rate-limiting/top?domain=nope", &map[string]any{}); code != 404 {
+		t.Fatalf("top of an unknown domain: %d, want 404", code)
+	}
 	url := "/rate-limiting/counters?domain=edge&" + top.Data[0].Entries[0].Identifier
 	var c Counter
 	if code := httpDo(t, "GET", hb.URL+url, &c); code != 200 || len(c.Windows) != 1 || c.Windows[0].Current != 2 ||

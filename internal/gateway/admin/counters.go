@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/seed-008287da/sluice/internal/gateway"
 	"github.com/seed-008287da/sluice/policy"
+	"github.com/seed-008287da/sluice/policy/field"
 )
 
 // The counters API (docs/admin-api.md).
@@ -103,11 +103,20 @@ func (a *api) deleteCounter(w http.ResponseWriter, r *http.Request) {
 func (a *api) explain(w http.ResponseWriter, r *http.Request) {
 	var req gateway.ExplainRequest
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxExplainBody))
-	if err == nil {
-		err = json.Unmarshal(body, &req)
-	}
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"message": "reading the request to explain: " + err.Error()})
+		code := http.StatusBadRequest
+		if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+			code = http.StatusRequestEntityTooLarge
+		}
+		writeJSON(w, code, map[string]any{"message": "reading the request to explain: " + err.Error()})
+		return
+	}
+	if err := field.Decode("", body, &req); err != nil {
+		ans := map[string]any{"message": err.Error()}
+		if fe, ok := errors.AsType[field.Error](err); ok && fe.Path != "" {
+			ans["field"] = fe.Path
+		}
+		writeJSON(w, http.StatusBadRequest, ans)
 		return
 	}
 	ex, err := a.g.Explain(r.Context(), req)

@@ -139,6 +139,34 @@ func TestCountersAPI(t *testing.T) {
 	if code := doJSON(t, "GET", admin+"/rate-limiting/plugins/nope/counters/x", nil, &nf); code != 404 {
 		t.Fatalf("unknown plugin: %d", code)
 	}
+	// A bad request to explain is a 400 naming the field, in the user's
+	// words; a body past the bound is a 413.
+	for _, c := range []struct {
+		body, field, message string
+	}{
+		{`{"path":"/x","clientip":"1.2.3.4"}`, "clientip", "unknown field"},
+		{`{"path":5}`, "path", "expected a string"},
+		{`{"headers":{"a":"b"}}`, "headers", "expected a list of strings"},
+	} {
+		res, err := http.Post(admin+"/rate-limiting/explain", "application/json", strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ans map[string]any
+		_ = json.NewDecoder(res.Body).Decode(&ans)
+		res.Body.Close()
+		msg, _ := ans["message"].(string)
+		if res.StatusCode != 400 || ans["field"] != c.field || !strings.Contains(msg, c.message) || strings.Contains(msg, "Go ") {
+			t.Errorf("explain %s: %d %v; want 400 naming %s", c.body, res.StatusCode, ans, c.field)
+		}
+	}
+	big := `{"path":"/` + strings.Repeat("x", maxExplainBody) + `"}`
+	if res, err := http.Post(admin+"/rate-limiting/explain", "application/json", strings.NewReader(big)); err != nil || res.StatusCode != 413 {
+		t.Errorf("explain of a body past the bound: %v %v; want 413", res.StatusCode, err)
+	} else {
+		res.Body.Close()
+	}
+
 	_, metrics := get(t, admin+"/metrics")
 	if !strings.Contains(metrics, `sluice_admin_actions_total{action="reset_counter",outcome="ok"} 1`) {
 		t.Fatal("the reset is not counted in sluice_admin_actions_total")
