@@ -126,11 +126,12 @@ consumers:
 
 // TestInfo: _info.defaults fill the fields entities leave out, nested
 // routes included; _transform: false takes basic-auth passwords as
-// Kong's stored hashes.
+// Kong's stored hashes; decK's _konnect target is accepted.
 func TestInfo(t *testing.T) {
 	const doc = `
 _format_version: "3.0"
 _workspace: team-a
+_konnect: {control_plane_name: default}
 _transform: false
 _info:
   select_tags: [team-a]

@@ -56,6 +56,15 @@ func (p *parser) meta(root *obj) {
 	p.cfg.Info.Workspace = root.str("_workspace")
 	root.str("_comment")
 	root.get("_ignore") // Kong's: anything, ignored
+	if kv, ok := root.get("_konnect"); ok {
+		// decK's Konnect target (control_plane_name, runtime_group_name):
+		// which Konnect control plane a sync goes to, nothing sluice serves.
+		if ko := asObj(kv, "_konnect", p.errs); ko != nil {
+			ko.str("control_plane_name")
+			ko.str("runtime_group_name")
+			ko.finish()
+		}
+	}
 	if iv, ok := root.get("_info"); ok {
 		if io := asObj(iv, "_info", p.errs); io != nil {
 			p.cfg.Info.SelectTags = io.strList("select_tags")

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -624,6 +625,9 @@ func (p *parser) plugin(v any, path string, sc scope) {
 	if pl.Name == "" {
 		p.errs.add(o.field("name"), "required field missing")
 	}
+	if msg := checkUTF8Name(pl.InstanceName); msg != "" {
+		p.errs.add(o.field("instance_name"), "%s", msg)
+	}
 	for i, pr := range pl.Protocols {
 		switch pr {
 		case "http", "https", "grpc", "grpcs":
@@ -840,6 +844,7 @@ func (p *parser) checkUnique() {
 	}
 	for _, pl := range p.cfg.Plugins {
 		once("plugin id", pl.ID, pl.Where)
+		once("plugin instance_name", pl.InstanceName, pl.Where)
 		if pl.Name != "" {
 			once("plugin", pl.Name+" on "+describeScope(pl), pl.Where)
 		}
@@ -880,4 +885,18 @@ func joinHostPort(host string, port int) string {
 // String describes the plugin and its scope, for logs.
 func (pl *Plugin) String() string {
 	return fmt.Sprintf("%s (%s)", pl.Name, describeScope(pl))
+}
+
+// checkUTF8Name checks s as Kong's utf8_name type (instance_name): ASCII
+// letters, digits, '.', '-', '_' and '~', and any non-ASCII UTF-8.
+func checkUTF8Name(s string) string {
+	if !utf8.ValidString(s) {
+		return "invalid utf-8 character sequence"
+	}
+	for _, r := range s {
+		if r < utf8.RuneSelf && !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune(".-_~", r)) {
+			return "invalid value '" + s + "': the only accepted ascii characters are alphanumerics or ., -, _, and ~"
+		}
+	}
+	return ""
 }
