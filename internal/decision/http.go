@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/seed-008287da/sluice/internal/adminauth"
+	"github.com/seed-008287da/sluice/internal/adminhttp"
 )
 
 // maxBody bounds a decide request body.
@@ -53,7 +54,7 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("GET /rate-limiting/counters", s.admin(s.serveCounter))
 	mux.HandleFunc("DELETE /rate-limiting/counters", s.admin(s.serveReset))
 	mux.HandleFunc("GET /rate-limiting/top", s.admin(s.serveTop))
-	return mux
+	return adminhttp.JSONErrors(mux, func(_ int, msg string) any { return map[string]string{"error": msg} })
 }
 
 // admin guards a counters call with Options.AdminToken, when set.

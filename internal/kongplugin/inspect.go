@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/seed-008287da/sluice/internal/adminauth"
+	"github.com/seed-008287da/sluice/internal/adminhttp"
 	"github.com/seed-008287da/sluice/policy"
 )
 
@@ -165,15 +166,16 @@ func (p *Process) InspectHandler(token string) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"data": out})
 	})
+	h := adminhttp.JSONErrors(mux, func(_ int, msg string) any { return map[string]string{"message": msg} })
 	if token == "" {
-		return mux
+		return h
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !adminauth.HasToken(r, token) {
 			writeJSON(w, http.StatusUnauthorized, map[string]any{"message": adminauth.UnauthorizedMessage})
 			return
 		}
-		mux.ServeHTTP(w, r)
+		h.ServeHTTP(w, r)
 	})
 }
 

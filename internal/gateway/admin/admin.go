@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/seed-008287da/sluice/internal/adminhttp"
 	"github.com/seed-008287da/sluice/internal/gateway"
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
 )
@@ -59,7 +60,7 @@ func Handler(g *gateway.Gateway, opts Options) http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.Metrics().Registry, promhttp.HandlerOpts{}))
 	a.counterRoutes(mux)
 	a.dashboardRoutes(mux)
-	return newGuard(opts, mux)
+	return newGuard(opts, adminhttp.JSONErrors(mux, kongError))
 }
 
 // StatusHandler serves only GET /status and GET /metrics, for a listener
@@ -70,7 +71,15 @@ func StatusHandler(g *gateway.Gateway) http.Handler {
 	a := &api{g: g}
 	mux.HandleFunc("GET /status", a.status)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.Metrics().Registry, promhttp.HandlerOpts{}))
-	return mux
+	return adminhttp.JSONErrors(mux, kongError)
+}
+
+// kongError is the router's 404 or 405 as Kong's Admin API words it.
+func kongError(code int, _ string) any {
+	if code == http.StatusMethodNotAllowed {
+		return map[string]string{"message": "Method not allowed"}
+	}
+	return map[string]string{"message": "Not found"}
 }
 
 type api struct {

@@ -160,6 +160,20 @@ func TestCountersAPI(t *testing.T) {
 			t.Errorf("explain %s: %d %v; want 400 naming %s", c.body, res.StatusCode, ans, c.field)
 		}
 	}
+	// A wrong method or an unknown path is answered in JSON, as Kong's Admin API does.
+	for _, c := range []struct {
+		method, path string
+		code         int
+		message      string
+	}{
+		{"PUT", "/rate-limiting/plugins", 405, "Method not allowed"},
+		{"GET", "/rate-limiting/nope", 404, "Not found"},
+	} {
+		var ans map[string]any
+		if code := doJSON(t, c.method, admin+c.path, nil, &ans); code != c.code || ans["message"] != c.message {
+			t.Errorf("%s %s: %d %v, want %d %q", c.method, c.path, code, ans, c.code, c.message)
+		}
+	}
 	big := `{"path":"/` + strings.Repeat("x", maxExplainBody) + `"}`
 	if res, err := http.Post(admin+"/rate-limiting/explain", "application/json", strings.NewReader(big)); err != nil || res.StatusCode != 413 {
 		t.Errorf("explain of a body past the bound: %v %v; want 413", res.StatusCode, err)
