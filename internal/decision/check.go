@@ -247,28 +247,23 @@ func remoteAddr(s string) netip.Addr {
 	return ap.Addr().Unmap()
 }
 
-// normalizePath returns the path a server treats p as (RFC 3986 section
-// 6.2.2, and nginx's merge_slashes): percent-encoded unreserved characters
-// decoded, other percent-encodings in upper case, repeated slashes merged
-// and dot segments removed. So /%6Cogin, //login and /a/../login are all
-// checked as /login.
+// normalizePath returns the path as nginx routes it ($uri): a raw
+// fragment cut off, every percent-encoded byte decoded (%2F too), dot
+// segments removed and repeated slashes merged. So /%6Cogin, //login,
+// /a/../login, /%2Flogin and /login#x are all checked as /login.
 func normalizePath(p string) string {
+	if i := strings.IndexByte(p, '#'); i >= 0 {
+		p = p[:i]
+	}
 	var b strings.Builder
 	b.Grow(len(p))
 	for i := 0; i < len(p); i++ {
-		c := p[i]
-		if c == '%' && i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) {
-			v := unhex(p[i+1])<<4 | unhex(p[i+2])
-			if unreserved(v) {
-				b.WriteByte(v)
-			} else {
-				b.WriteByte('%')
-				b.WriteString(strings.ToUpper(p[i+1 : i+3]))
-			}
+		if c := p[i]; c == '%' && i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) {
+			b.WriteByte(unhex(p[i+1])<<4 | unhex(p[i+2]))
 			i += 2
-			continue
+		} else {
+			b.WriteByte(c)
 		}
-		b.WriteByte(c)
 	}
 	segs := strings.Split(b.String(), "/")
 	out := make([]string, 0, len(segs))
@@ -303,10 +298,6 @@ func unhex(c byte) byte {
 		return c - 'A' + 10
 	}
 	return c - 'a' + 10
-}
-
-func unreserved(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
 }
 
 // descriptors builds the rate limit descriptors of o.

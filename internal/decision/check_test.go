@@ -2,6 +2,7 @@ package decision
 
 import (
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -92,8 +93,10 @@ func TestNginxAuthRequest(t *testing.T) {
 }
 
 // TestNginxAuthRequestFailOpen: with the documented snippet, a decision
-// service that answers an error, hangs past the snippet's timeouts, or is
-// down lets the request through unchecked, never a 500 for the client.
+// service that has no configuration (503), hangs past the snippet's
+// timeouts, or is down lets the request through unchecked, never a 500 for
+// the client. Any other error stays closed: a client cannot switch the
+// check off with a request sluice refuses to read.
 func TestNginxAuthRequestFailOpen(t *testing.T) {
 	svc := newService(t, checkConfig(t, "403"), newClock(t0).opts())
 	var mode atomic.Value
@@ -103,6 +106,8 @@ func TestNginxAuthRequestFailOpen(t *testing.T) {
 		switch mode.Load() {
 		case "error":
 			http.Error(w, "no rate limit configuration loaded", http.StatusServiceUnavailable)
+		case "bad":
+			http.Error(w, "bad request", http.StatusBadRequest)
 		case "hang":
 			select { // until nginx gives up (proxy_read_timeout) or the test ends
 			case <-r.Context().Done():
@@ -133,8 +138,25 @@ func TestNginxAuthRequestFailOpen(t *testing.T) {
 		}
 	}
 	get("decided")
+	mode.Store("bad")
+	if res, body := doGet(t, ngx.URL()+"/x", nil); res.StatusCode != 500 || strings.Contains(body, "backend") {
+		t.Fatalf("a 400 from the check: %d %q, want nginx's 500, the backend not reached", res.StatusCode, body)
+	}
+	mode.Store("serve")
+	// A header value nginx passes on and Go's server refuses (400 before
+	// any handler): the check fails closed.
+	conn, err := net.Dial("tcp", strings.TrimPrefix(ngx.URL(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.WriteString(conn, "GET /x HTTP/1.1\r\nHost: x\r\nX-A: a\x01b\r\nConnection: close\r\n\r\n")
+	raw, _ := io.ReadAll(conn)
+	conn.Close()
+	if !strings.HasPrefix(string(raw), "HTTP/1.1 500") || strings.Contains(string(raw), "backend") {
+		t.Fatalf("a control byte in a header: %q, want nginx's 500", raw)
+	}
 	mode.Store("error")
-	get("an error answer")
+	get("no configuration loaded")
 	mode.Store("hang")
 	get("a hung service")
 	mode.Store("serve")
@@ -241,13 +263,14 @@ func TestCheckProxyHeaders(t *testing.T) {
 }
 
 // TestCheckPathNormalized: a path spelled another way (an encoded
-// unreserved character, a doubled slash, a dot segment) is the path the
-// server serves, and is counted as that path.
+// character, a doubled slash, a dot segment, a fragment) is the path nginx
+// routes, and is counted as that path.
 func TestCheckPathNormalized(t *testing.T) {
 	for in, want := range map[string]string{
 		"/login": "/login", "/%6Cogin": "/login", "//login": "/login", "/a/../login": "/login", "/./login": "/login",
-		"/login/": "/login/", "/": "/", "": "/", "/a%2fb": "/a%2Fb", "/%7Euser": "/~user", "/a//b/": "/a/b/", "/..": "/",
-		"/a/%2E%2E/login": "/login", "/a%zz": "/a%zz",
+		"/login/": "/login/", "/": "/", "": "/", "/a%2fb": "/a/b", "/%7Euser": "/~user", "/a//b/": "/a/b/", "/..": "/",
+		"/a/%2E%2E/login": "/login", "/a%zz": "/a%zz", "/%2Flogin": "/login", "/a%2F..%2Flogin": "/login",
+		"/login%2F": "/login/", "/login#x": "/login", "/a%20b": "/a b", "/a%3Fb": "/a?b",
 	} {
 		if got := normalizePath(in); got != want {
 			t.Errorf("normalizePath(%q) = %q, want %q", in, got, want)
@@ -256,7 +279,7 @@ func TestCheckPathNormalized(t *testing.T) {
 	svc := newService(t, checkConfig(t, "403"), newClock(t0).opts())
 	srv := httptest.NewServer(svc.Handler())
 	defer srv.Close()
-	for i, uri := range []string{"/login", "/%6Cogin", "//login?x=1"} {
+	for i, uri := range []string{"/login", "/%6Cogin", "/%2Flogin#x?x=1"} {
 		res, _ := doGet(t, srv.URL+"/check", map[string]string{"X-Original-URI": uri, "X-Real-IP": "203.0.113." + strconv.Itoa(i)})
 		if want := []int{200, 200, 403}[i]; res.StatusCode != want {
 			t.Fatalf("check of %s: %d, want %d (the /login limit of 2)", uri, res.StatusCode, want)
