@@ -242,3 +242,42 @@ func TestRejectedConfigHidesSecrets(t *testing.T) {
 		}
 	}
 }
+
+// An empty config directory is a configuration without domains, as
+// envoyproxy/ratelimit reads it: every request is answered OK, and with
+// HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED the service is unhealthy until a
+// file gives a domain, and again once every file is gone.
+func TestEmptyRuntimeDirectory(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"RUNTIME_ROOT=" + root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
+		"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED=true", "GRPC_HOST=127.0.0.1", "GRPC_PORT=0", "HOST=127.0.0.1", "PORT=0"}
+	s := startWith(t, env)
+	rls, _ := s.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if c, err := decideOnce(ctx, rls, "d", "k", "v"); err != nil || c != rlspb.RateLimitResponse_OK {
+		t.Fatalf("empty directory: %v %v, want OK", c, err)
+	}
+	if code, _ := s.get(t, "/healthcheck"); code != 500 {
+		t.Errorf("/healthcheck without a domain: %d, want 500", code)
+	}
+	f := filepath.Join(dir, "d.yaml")
+	writeFile(t, f, "domain: d\ndescriptors: [{key: k, rate_limit: {unit: hour, requests_per_unit: 1}}]\n")
+	waitFor(t, s, "the file is applied", func() bool { code, _ := s.get(t, "/healthcheck"); return code == 200 })
+	for i, want := range []rlspb.RateLimitResponse_Code{rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OVER_LIMIT} {
+		if c, err := decideOnce(ctx, rls, "d", "k", "v"); err != nil || c != want {
+			t.Fatalf("call %d: %v %v, want %v", i+1, c, err, want)
+		}
+	}
+	if err := os.Remove(f); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, s, "the empty directory is applied", func() bool { code, _ := s.get(t, "/healthcheck"); return code == 500 })
+	if c, err := decideOnce(ctx, rls, "d", "k", "v"); err != nil || c != rlspb.RateLimitResponse_OK {
+		t.Fatalf("every file gone: %v %v, want OK", c, err)
+	}
+}

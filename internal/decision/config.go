@@ -426,12 +426,10 @@ type ParseOptions struct {
 // response_header_names, shadow_mode, check) may be set in one file only;
 // algorithm applies to the limits of its own file. Every problem of every
 // file is returned at once, each error's path starting with its file's
-// name.
+// name. No files is a configuration without domains, as envoyproxy/ratelimit
+// reads an empty directory: every request is answered OK.
 func ParseFiles(files []File, opts ParseOptions) (*Config, error) {
 	var errs []field.Error
-	if len(files) == 0 {
-		return nil, &ConfigError{Errors: []field.Error{{Message: "no configuration files"}}}
-	}
 	var base *Config
 	baseFile := ""
 	var domains []Domain
