@@ -252,8 +252,8 @@ func ParseAdvanced(raw []byte) (*AdvancedConfig, error) {
 	f.identifier("identifier", &cfg.Identifier)
 	f.identifiers("compound_identifier", &cfg.CompoundIdentifier)
 	f.enum("counter_key", &cfg.CounterKey, true, CounterKeyID, CounterKeyUsername, CounterKeyCustomID)
-	f.optHeaderName("header_name", &cfg.HeaderName)
-	f.optURLPath("path", &cfg.Path)
+	f.optChecked("header_name", &cfg.HeaderName, checkHeaderName)
+	f.optChecked("path", &cfg.Path, checkURLPath)
 	var ns *string
 	f.optString("namespace", &ns)
 	f.enumString("strategy", &cfg.Strategy, StrategyLocal, StrategyRedis, StrategyCluster)

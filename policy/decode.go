@@ -170,17 +170,19 @@ func (f *fields) optString(name string, dst **string) {
 	}
 }
 
-// optHeaderName reads a nullable HTTP header name, checked as Kong's
-// header_name type: letters, digits, '-' and '_' only.
-func (f *fields) optHeaderName(name string, dst **string) {
+// optChecked reads a nullable string as optString does, then reports
+// check's message for a value it refuses.
+func (f *fields) optChecked(name string, dst **string, check func(string) string) {
 	f.optString(name, dst)
 	if *dst != nil {
-		if msg := checkHeaderName(**dst); msg != "" {
+		if msg := check(**dst); msg != "" {
 			f.d.fail(f.at(name), msg)
 		}
 	}
 }
 
+// checkHeaderName checks s as Kong's header_name type: letters, digits,
+// '-' and '_' only.
 func checkHeaderName(s string) string {
 	for i := 0; i < len(s); i++ {
 		if c := s[i]; !isAlnum(c) && c != '-' && c != '_' {
@@ -190,18 +192,9 @@ func checkHeaderName(s string) string {
 	return ""
 }
 
-// optURLPath reads a nullable URL path, checked as Kong's path type: it
-// starts with '/', has no empty segment, holds only RFC 3986 path
-// characters, and every '%' starts a percent-encoded byte.
-func (f *fields) optURLPath(name string, dst **string) {
-	f.optString(name, dst)
-	if *dst != nil {
-		if msg := checkURLPath(**dst); msg != "" {
-			f.d.fail(f.at(name), msg)
-		}
-	}
-}
-
+// checkURLPath checks s as Kong's path type: it starts with '/', has no
+// empty segment, holds only RFC 3986 path characters, and every '%'
+// starts a percent-encoded byte.
 func checkURLPath(s string) string {
 	if !strings.HasPrefix(s, "/") {
 		return "should start with: /"

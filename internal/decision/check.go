@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -249,8 +250,9 @@ func remoteAddr(s string) netip.Addr {
 
 // normalizePath returns the path as nginx routes it ($uri): a raw
 // fragment cut off, every percent-encoded byte decoded (%2F too), dot
-// segments removed and repeated slashes merged. So /%6Cogin, //login,
-// /a/../login, /%2Flogin and /login#x are all checked as /login.
+// segments removed and repeated slashes merged (path.Clean, keeping a
+// trailing slash). So /%6Cogin, //login, /a/../login, /%2Flogin and
+// /login#x are all checked as /login.
 func normalizePath(p string) string {
 	if i := strings.IndexByte(p, '#'); i >= 0 {
 		p = p[:i]
@@ -258,46 +260,21 @@ func normalizePath(p string) string {
 	var b strings.Builder
 	b.Grow(len(p))
 	for i := 0; i < len(p); i++ {
-		if c := p[i]; c == '%' && i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) {
-			b.WriteByte(unhex(p[i+1])<<4 | unhex(p[i+2]))
-			i += 2
-		} else {
-			b.WriteByte(c)
+		if p[i] == '%' && i+2 < len(p) {
+			if v, err := strconv.ParseUint(p[i+1:i+3], 16, 8); err == nil {
+				b.WriteByte(byte(v))
+				i += 2
+				continue
+			}
 		}
+		b.WriteByte(p[i])
 	}
-	segs := strings.Split(b.String(), "/")
-	out := make([]string, 0, len(segs))
-	for i, seg := range segs {
-		last := i == len(segs)-1
-		switch seg {
-		case "", ".":
-			if last {
-				out = append(out, "") // a trailing slash stays
-			}
-		case "..":
-			if len(out) > 0 {
-				out = out[:len(out)-1]
-			}
-			if last {
-				out = append(out, "")
-			}
-		default:
-			out = append(out, seg)
-		}
+	p = b.String()
+	c := path.Clean("/" + p)
+	if c != "/" && (strings.HasSuffix(p, "/") || strings.HasSuffix(p, "/.") || strings.HasSuffix(p, "/..")) {
+		c += "/"
 	}
-	return "/" + strings.Join(out, "/")
-}
-
-func isHex(c byte) bool { return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F' }
-
-func unhex(c byte) byte {
-	switch {
-	case c <= '9':
-		return c - '0'
-	case c <= 'F':
-		return c - 'A' + 10
-	}
-	return c - 'a' + 10
+	return c
 }
 
 // descriptors builds the rate limit descriptors of o.

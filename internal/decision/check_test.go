@@ -43,6 +43,24 @@ func doGet(t *testing.T, url string, hdr map[string]string) (*http.Response, str
 	return res, string(b)
 }
 
+// nginxSnippet runs the documented snippet (examples/nginx/auth_request.conf)
+// in a real nginx, asking the decision service at decideURL, in front of
+// a backend that answers "backend <path>".
+func nginxSnippet(t *testing.T, decideURL string) *testservers.NginxServer {
+	t.Helper()
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, "backend "+r.URL.Path)
+	}))
+	t.Cleanup(backend.Close)
+	snippet, err := os.ReadFile("../../examples/nginx/auth_request.conf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := strings.NewReplacer("127.0.0.1:8080", strings.TrimPrefix(decideURL, "http://"),
+		"127.0.0.1:9000", strings.TrimPrefix(backend.URL, "http://")).Replace(string(snippet))
+	return testservers.Nginx(t, "", conf)
+}
+
 // TestNginxAuthRequest runs the documented snippet
 // (examples/nginx/auth_request.conf) in a real nginx in front of a real
 // upstream: the client sees 200s, then 429 with Retry-After and the
@@ -51,17 +69,7 @@ func TestNginxAuthRequest(t *testing.T) {
 	svc := newService(t, checkConfig(t, "403"), newClock(t0).opts())
 	decide := httptest.NewServer(svc.Handler())
 	defer decide.Close()
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, "backend "+r.URL.Path)
-	}))
-	defer backend.Close()
-	snippet, err := os.ReadFile("../../examples/nginx/auth_request.conf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conf := strings.NewReplacer("127.0.0.1:8080", strings.TrimPrefix(decide.URL, "http://"),
-		"127.0.0.1:9000", strings.TrimPrefix(backend.URL, "http://")).Replace(string(snippet))
-	ngx := testservers.Nginx(t, "", conf)
+	ngx := nginxSnippet(t, decide.URL)
 
 	// /login allows 2 a minute; every path 5 a minute per client address.
 	for i := 1; i <= 2; i++ {
@@ -119,17 +127,7 @@ func TestNginxAuthRequestFailOpen(t *testing.T) {
 	}))
 	defer decide.Close()
 	defer close(stop)
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.WriteString(w, "backend "+r.URL.Path)
-	}))
-	defer backend.Close()
-	snippet, err := os.ReadFile("../../examples/nginx/auth_request.conf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conf := strings.NewReplacer("127.0.0.1:8080", strings.TrimPrefix(decide.URL, "http://"),
-		"127.0.0.1:9000", strings.TrimPrefix(backend.URL, "http://")).Replace(string(snippet))
-	ngx := testservers.Nginx(t, "", conf)
+	ngx := nginxSnippet(t, decide.URL)
 	get := func(what string) {
 		t.Helper()
 		res, body := doGet(t, ngx.URL()+"/x", nil)
