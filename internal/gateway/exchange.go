@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
 	"github.com/seed-008287da/sluice/internal/gateway/router"
+	"github.com/seed-008287da/sluice/internal/kongpath"
 	"github.com/seed-008287da/sluice/policy"
 )
 
@@ -125,11 +127,30 @@ func acquireExchange(pool *sync.Pool, ctx *fasthttp.RequestCtx, now time.Time, s
 	b = append(b, '-')
 	b = strconv.AppendUint(b, seq, 36)
 	x.requestIDLen = copy(x.requestID[:], b) // at most 13+1+13 bytes: in place
-	if p := ctx.Path(); string(p) != x.path {
-		x.path = string(p)
-	}
+	x.setPath(ctx)
 	return x
 }
+
+// setPath sets x.path to the path of ctx's request as Kong routes it
+// (kongpath.Normalize of the path as the client sent it), reusing the
+// previous request's string when it is the same.
+func (x *Exchange) setPath(ctx *fasthttp.RequestCtx) {
+	raw := ctx.Request.URI().PathOriginal()
+	switch {
+	case len(raw) == 0:
+		raw = slash
+	case bytes.IndexByte(raw, '%') >= 0 || bytes.IndexByte(raw, '.') >= 0 || bytes.Contains(raw, doubleSlash):
+		if x.path = kongpath.Normalize(string(raw)); x.path == "" {
+			x.path = "/"
+		}
+		return
+	}
+	if string(raw) != x.path {
+		x.path = string(raw)
+	}
+}
+
+var slash, doubleSlash = []byte("/"), []byte("//")
 
 // release clears x, keeping its reusable parts, and returns it to pool.
 // Nothing may use x afterwards.

@@ -338,8 +338,9 @@ services: [{name: s, url: UPSTREAM, routes: [{paths: [/]}]}]
 }
 
 // TestProtocolsAndDisabledService: an https-only route answers plain HTTP
-// with Kong's 426 unless a trusted proxy forwarded HTTPS; routes of a
-// disabled service are not matched.
+// with Kong's 426 unless a trusted proxy forwarded HTTPS; an http-only
+// route serves HTTPS, as in Kong; routes of a disabled service are not
+// matched.
 func TestProtocolsAndDisabledService(t *testing.T) {
 	up := echoUpstream(t)
 	cfg := withUpstream(`
@@ -350,6 +351,7 @@ services:
     routes:
       - {name: s, paths: [/secure], protocols: [https], path_handling: v0, request_buffering: true, response_buffering: false}
       - {name: redir, paths: [/redir], protocols: [https], https_redirect_status_code: 301}
+      - {name: plain, paths: [/plain], protocols: [http]}
   - name: off
     url: UPSTREAM
     enabled: false
@@ -381,5 +383,8 @@ services:
 	_, behind := startGateway(t, cfg, Options{ClientIP: trusted})
 	if r := do(t, "GET", behind+"/secure", map[string]string{"X-Forwarded-Proto": "https"}); r.status != 200 {
 		t.Errorf("https forwarded by a trusted proxy: %d %s", r.status, r.body)
+	}
+	if r := do(t, "GET", behind+"/plain", map[string]string{"X-Forwarded-Proto": "https"}); r.status != 200 {
+		t.Errorf("https forwarded to an http-only route: %d %s", r.status, r.body)
 	}
 }

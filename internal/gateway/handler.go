@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"net"
 	"strconv"
 	"time"
 
@@ -69,18 +70,16 @@ func (g *Gateway) handle(ctx *fasthttp.RequestCtx) {
 		}
 	}
 	x.ClientIP = g.opts.ClientIP.Resolve(peer, values, proxied)
-	var ok bool
-
-	var m router.Match
-	if ctx.IsTLS() {
-		sni := ""
+	// As Kong: the Host header (not an absolute-form URI's host) and the
+	// port the request arrived on.
+	rq := router.Request{Method: methodString(ctx.Method()), Host: string(ctx.Request.Header.Host()), Path: x.path,
+		Port: localPort(ctx), TLS: ctx.IsTLS(), Headers: &ctx.Request.Header}
+	if rq.TLS {
 		if cs := ctx.TLSConnectionState(); cs != nil {
-			sni = cs.ServerName
+			rq.SNI = cs.ServerName
 		}
-		m, ok = gen.router.MatchTLS(methodString(ctx.Method()), string(ctx.Host()), x.path, sni, &ctx.Request.Header)
-	} else {
-		m, ok = gen.router.Match(methodString(ctx.Method()), string(ctx.Host()), x.path, &ctx.Request.Header)
 	}
+	m, ok := gen.router.Match(rq)
 	if !ok {
 		x.RespondError(fasthttp.StatusNotFound, "no Route matched with those values")
 		return
@@ -259,11 +258,22 @@ func requestScheme(ctx *fasthttp.RequestCtx, trusted bool) string {
 	return "http"
 }
 
+// routeAllowsScheme reports whether r serves a request of scheme. As in
+// Kong, only a route for https alone refuses one: over http it answers
+// 426 or redirects; a route for http alone serves https too.
 func routeAllowsScheme(r *kongconf.Route, scheme string) bool {
+	https, http := false, false
 	for _, p := range r.Protocols {
-		if p == scheme {
-			return true
-		}
+		https = https || p == "https"
+		http = http || p == "http"
 	}
-	return false
+	return !https || http || scheme == "https"
+}
+
+// localPort returns the port ctx's request arrived on, or 0.
+func localPort(ctx *fasthttp.RequestCtx) int {
+	if la, ok := ctx.LocalAddr().(*net.TCPAddr); ok {
+		return la.Port
+	}
+	return 0
 }

@@ -8,11 +8,13 @@ import (
 	"net/netip"
 	"net/url"
 	"sort"
+	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+	"github.com/seed-008287da/sluice/internal/gateway/router"
 	"github.com/seed-008287da/sluice/policy"
 )
 
@@ -217,6 +219,7 @@ type ExplainRequest struct {
 	Method   string              `json:"method"`
 	Path     string              `json:"path"`
 	Host     string              `json:"host"`
+	Port     int                 `json:"port"`
 	Headers  map[string][]string `json:"headers"`
 	Query    map[string][]string `json:"query"`
 	ClientIP string              `json:"client_ip"`
@@ -269,6 +272,9 @@ func (g *Gateway) Explain(ctx context.Context, r ExplainRequest) (Explanation, e
 	if r.Method == "" {
 		r.Method = "GET"
 	}
+	if r.Port < 0 || r.Port > 65535 {
+		return Explanation{}, &ExplainError{"port", fmt.Sprintf("must be between 1 and 65535, got %d", r.Port)}
+	}
 	if r.Path == "" || r.Path[0] != '/' {
 		return Explanation{}, &ExplainError{"path", fmt.Sprintf("must start with '/', got %q", r.Path)}
 	}
@@ -307,12 +313,18 @@ func (g *Gateway) Explain(ctx context.Context, r ExplainRequest) (Explanation, e
 	x.ctx, x.Context, x.Now = &fctx, ctx, now
 	x.respHeaders = x.hdrBuf[:0]
 	x.plugins = x.pluginBuf[:0]
-	x.path = string(fctx.Path())
+	x.setPath(&fctx)
 	x.gen = gen
 	x.ClientIP = ip.Unmap()
 	out := Explanation{ClientIP: x.ClientIP.String(), Plugins: []ExplainedPlugin{}}
 
-	m, ok := gen.router.Match(r.Method, r.Host, x.path, &fctx.Request.Header)
+	port := r.Port
+	if port == 0 {
+		if _, p, err := net.SplitHostPort(r.Host); err == nil {
+			port, _ = strconv.Atoi(p)
+		}
+	}
+	m, ok := gen.router.Match(router.Request{Method: r.Method, Host: r.Host, Path: x.path, Port: port, Headers: &fctx.Request.Header})
 	if !ok {
 		out.Status = fasthttp.StatusNotFound
 		return out, nil

@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/seed-008287da/sluice/internal/kongpath"
 )
 
 // prepareUpstream rewrites ctx.Request in place into the upstream request:
@@ -57,7 +59,8 @@ func (g *Gateway) prepareUpstream(ctx *fasthttp.RequestCtx, x *Exchange, keepUpg
 	} else {
 		setIfUntrusted(hdrXForwardedPort, nil)
 	}
-	setIfUntrusted(hdrXForwardedPath, ctx.Path())
+	// As Kong: the path as the client sent it.
+	setIfUntrusted(hdrXForwardedPath, req.URI().PathOriginal())
 	if x.Route.StripPath && x.Match.Prefix != "/" && x.Match.Prefix != "" {
 		var prefix [64]byte
 		setIfUntrusted(hdrXForwardedPrefix, append(prefix[:0], x.Match.Prefix...))
@@ -65,19 +68,25 @@ func (g *Gateway) prepareUpstream(ctx *fasthttp.RequestCtx, x *Exchange, keepUpg
 		h.Del("X-Forwarded-Prefix")
 	}
 
+	// The upstream path is escaped as Kong escapes it: the percent-encoded
+	// reserved characters the router kept stay encoded, and no byte that
+	// would change the request line's meaning is sent raw.
 	uri := req.URI()
 	if x.upstreamPath != nil {
-		uri.SetPath(*x.upstreamPath)
+		uri.SetPath(kongpath.Escape(*x.upstreamPath))
 	} else {
-		uri.SetPath(x.Match.UpstreamPath(svc.Path))
+		uri.SetPath(kongpath.Escape(x.Match.UpstreamPath(svc.Path)))
 	}
 	uri.SetScheme(svc.Protocol)
 	if x.upstreamHost != nil {
 		uri.SetHost(*x.upstreamHost)
 		h.SetHost(*x.upstreamHost)
 	} else if x.Route.PreserveHost {
-		uri.SetHostBytes(origHost)
-		h.SetHostBytes(origHost)
+		// As Kong: the Host header as the client wrote it (origHost,
+		// from the URI, is lower-cased).
+		raw := append(buf[len(origHost):len(origHost)], h.Host()...)
+		h.SetHostBytes(raw)
+		uri.SetHostBytes(raw)
 	} else {
 		host := svc.Host
 		if (svc.Protocol == "http" && svc.Port != 80) || (svc.Protocol == "https" && svc.Port != 443) {

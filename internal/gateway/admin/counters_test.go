@@ -147,6 +147,7 @@ func TestCountersAPI(t *testing.T) {
 		{`{"path":"/x","clientip":"1.2.3.4"}`, "clientip", "unknown field"},
 		{`{"path":5}`, "path", "expected a string"},
 		{`{"headers":{"a":"b"}}`, "headers", "expected a list of strings"},
+		{`{"path":"/x","port":70000}`, "port", "between 1 and 65535"},
 	} {
 		res, err := http.Post(admin+"/rate-limiting/explain", "application/json", strings.NewReader(c.body))
 		if err != nil {

@@ -38,17 +38,10 @@ routes:
 	}{
 		{"1.1", []string{`~/v1/items/\d+`, "/static", "/a-b%2F"}, []string{`~/users/(?<id>\w+)$`, "/plain.path_~-"}},
 		{"2.1", []string{`~/v1/items/\d+`, "/static", "/a-b%2F"}, []string{`~/users/(?<id>\w+)$`, "/plain.path_~-"}},
-		{"3.0", []string{`/v1/items/\d+`, "/static", "/a%2Db%2F"}, []string{`/users/(?<id>\w+)$`, "/plain.path_~-"}},
 	}
 	for _, c := range cases {
 		cfg, errs := Decode([]byte(strings.Replace(doc, "VERSION", c.version, 1)))
-		if c.version == "3.0" {
-			// 3.0 reads these as prefixes; the regex-looking ones are
-			// still valid prefixes only if they start with /.
-			if len(errs) != 0 {
-				t.Fatalf("%s: %v", c.version, errs)
-			}
-		} else if len(errs) != 0 {
+		if len(errs) != 0 {
 			t.Fatalf("%s: %v", c.version, errs)
 		}
 		if got := cfg.Routes[0].Paths; !reflect.DeepEqual(got, c.nested) {
@@ -57,6 +50,56 @@ routes:
 		if got := cfg.Routes[1].Paths; !reflect.DeepEqual(got, c.top) {
 			t.Errorf("%s top: %q, want %q", c.version, got, c.top)
 		}
+	}
+	// 3.0 reads paths as written: the regex-looking ones are prefixes,
+	// and a prefix must be in normal form, as in Kong.
+	_, errs := Decode([]byte(strings.Replace(doc, "VERSION", "3.0", 1)))
+	want := "services[0].routes[0].paths[2]: non-normalized path, consider use '/a-b%2F' instead"
+	if len(errs) != 1 || errs[0].Error() != want {
+		t.Errorf("3.0: %v, want %s", errs, want)
+	}
+	cfg, errs := Decode([]byte(strings.Replace(strings.Replace(doc, "/a%2Db%2F", "/a-b%2F", 1), "VERSION", "3.0", 1)))
+	if len(errs) != 0 {
+		t.Fatalf("3.0: %v", errs)
+	}
+	if got, want := cfg.Routes[0].Paths, []string{`/v1/items/\d+`, "/static", "/a-b%2F"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("3.0 nested: %q, want %q", got, want)
+	}
+}
+
+// TestRouterPaths: route paths are checked as Kong's router_path type
+// checks them, with Kong's messages; a 1.1 file's prefixes are normalised
+// as Kong migrates them.
+func TestRouterPaths(t *testing.T) {
+	for _, c := range []struct{ path, err string }{
+		{"/ok/a-b%2F", ""},
+		{"~/a(b|c)$", ""},
+		{"/x//y", `must not have empty segments, got "/x//y"`},
+		{"~/a//b", `must not have empty segments, got "~/a//b"`},
+		{"/e/./f", "non-normalized path, consider use '/e/f' instead"},
+		{"/a%2Db", "non-normalized path, consider use '/a-b' instead"},
+		{"/a%2fb", "non-normalized path, consider use '/a%2Fb' instead"},
+		{"/%zz", "invalid url-encoded value: '%zz'"},
+		{"~abc", `should start with: / (fixed path) or ~/ (regex path), got "~abc"`},
+		{"abc", `should start with: / (fixed path) or ~/ (regex path), got "abc"`},
+		{"~/(", "invalid regex \"/(\": error parsing regexp: missing closing ): `/(`"},
+	} {
+		doc := "_format_version: \"3.0\"\nroutes: [{name: r, paths: ['" + c.path + "']}]\n"
+		_, errs := Decode([]byte(doc))
+		got := ""
+		if len(errs) > 0 {
+			got = strings.TrimPrefix(errs[0].Error(), "routes[0].paths[0]: ")
+		}
+		if got != c.err {
+			t.Errorf("%s: %q, want %q", c.path, got, c.err)
+		}
+	}
+	cfg, errs := Decode([]byte("_format_version: \"1.1\"\nroutes: [{name: r, paths: [/a//b, /c/%20d, /e/./f, /g/%2fh]}]\n"))
+	if len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	if got, want := cfg.Routes[0].Paths, []string{"/a/b", "/c/ d", "/e/f", "/g/%2Fh"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("1.1 paths %q, want %q", got, want)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/seed-008287da/sluice/internal/kongpath"
 	"github.com/seed-008287da/sluice/policy/field"
 )
 
@@ -191,7 +192,9 @@ func applyDefaults(root map[string]any, path string, d map[string]any) {
 
 // migratePaths rewrites the route paths of a 1.1 or 2.1 file as Kong does
 // when it reads one: a path made only of letters, digits and . - _ ~ / %
-// is a prefix (with percent-encoded unreserved characters decoded); any
+// is a prefix, normalised as Kong normalises request paths (see
+// kongpath.Normalize: percent-encodings of other than reserved characters
+// decoded, dot segments removed, slashes merged); any
 // other path was a regex and gets the "~" that 3.0 requires. Top-level
 // routes and routes nested in services are migrated, as in Kong.
 func migratePaths(root map[string]any) {
@@ -225,14 +228,7 @@ var pctTriplet = regexp.MustCompile(`%([0-9A-Fa-f]{2})`)
 
 func migratePath(path string) string {
 	if plainPath.MatchString(path) {
-		return pctTriplet.ReplaceAllStringFunc(path, func(t string) string {
-			n, _ := strconv.ParseUint(t[1:], 16, 8)
-			c := byte(n)
-			if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~' {
-				return string(c)
-			}
-			return strings.ToUpper(t)
-		})
+		return kongpath.Normalize(path)
 	}
 	return "~" + pctTriplet.ReplaceAllStringFunc(path, func(t string) string {
 		n, _ := strconv.ParseUint(t[1:], 16, 8)

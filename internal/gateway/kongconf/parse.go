@@ -16,6 +16,9 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/seed-008287da/sluice/internal/kongid"
+	"github.com/seed-008287da/sluice/internal/kongpath"
+
 	"github.com/seed-008287da/sluice/policy/field"
 )
 
@@ -155,7 +158,11 @@ type parser struct {
 }
 
 func (p *parser) genID(kind, key string) string {
-	id := stableID(kind, key)
+	return p.markGenerated(stableID(kind, key))
+}
+
+// markGenerated records id as one the file did not give.
+func (p *parser) markGenerated(id string) string {
 	if p.generated == nil {
 		p.generated = map[string]bool{}
 	}
@@ -272,12 +279,12 @@ func (p *parser) service(v any, path string) {
 	default:
 		p.errs.add(o.field("protocol"), "unsupported protocol %q (want http or https)", s.Protocol)
 	}
-	if s.ID == "" {
-		key := s.Name
-		if key == "" {
-			key = path
-		}
-		s.ID = p.genID("service", key)
+	switch {
+	case s.ID != "":
+	case s.Name != "":
+		s.ID = p.markGenerated(kongid.Declarative("services", s.Name)) // Kong's, as for routes
+	default:
+		s.ID = p.genID("service", path)
 	}
 	s.addr = joinHostPort(s.Host, s.Port)
 	p.serviceTLS(s, o)
@@ -352,13 +359,8 @@ func (p *parser) route(v any, path string, svc *Service) {
 	r.Paths = o.strList("paths")
 	for i, ps := range r.Paths {
 		fp := index(o.field("paths"), i)
-		switch {
-		case strings.HasPrefix(ps, "~"):
-			if _, err := regexp.Compile(ps[1:]); err != nil {
-				p.errs.add(fp, "invalid regex %q: %v", ps[1:], err)
-			}
-		case !strings.HasPrefix(ps, "/"):
-			p.errs.add(fp, "must start with / (or ~ for a regex), got %q", ps)
+		if msg := checkRouterPath(ps); msg != "" {
+			p.errs.add(fp, "%s", msg)
 		}
 	}
 	r.Methods = o.strList("methods")
@@ -428,7 +430,7 @@ func (p *parser) route(v any, path string, svc *Service) {
 	r.SNIs = strings2lower(o.strList("snis"))
 	for i, sn := range r.SNIs {
 		if !validSNI(sn) {
-			p.errs.add(index(o.field("snis"), i), "invalid SNI %q (want a host name, optionally with a leading *.)", sn)
+			p.errs.add(index(o.field("snis"), i), "invalid SNI %q (want a host name without a port, with at most one *, as its first or last character)", sn)
 		}
 	}
 	https := contains(r.Protocols, "https")
@@ -450,12 +452,15 @@ func (p *parser) route(v any, path string, svc *Service) {
 	case !https && len(r.Paths) == 0 && len(r.Methods) == 0 && len(r.Hosts) == 0 && len(r.Headers) == 0:
 		p.errs.add(path, "must set one of 'methods', 'hosts', 'headers', 'paths' when 'protocols' is 'http'")
 	}
-	if r.ID == "" {
-		key := r.Name
-		if key == "" {
-			key = path
-		}
-		r.ID = p.genID("route", key)
+	switch {
+	case r.ID != "":
+	case r.Name != "":
+		// The id Kong gives a named route of a declarative file, so
+		// that routes of equal priority are matched in Kong's order
+		// (by id) and counters keyed by route id are Kong's.
+		r.ID = p.markGenerated(kongid.Declarative("routes", r.Name))
+	default:
+		r.ID = p.genID("route", path)
 	}
 	p.cfg.Routes = append(p.cfg.Routes, r)
 	for i, pl := range o.list("plugins") {
@@ -473,9 +478,18 @@ func timestamps(o *obj) {
 
 // validSNI reports whether s is a host name (no port, no address) with an
 // optional leading wildcard label.
+// validSNI checks a route's sni as Kong's wildcard_host type: a host name
+// without a port, not an IP, with at most one "*", as its first or last
+// character ("*.example.com", "*example.com", "example.*").
 func validSNI(s string) bool {
-	name := strings.TrimPrefix(s, "*.")
-	if name == "" || net.ParseIP(name) != nil || strings.ContainsAny(name, ":*") {
+	name := s
+	if i := strings.IndexByte(s, '*'); i >= 0 {
+		if strings.Count(s, "*") > 1 || (i != 0 && i != len(s)-1) {
+			return false
+		}
+		name = strings.Replace(s, "*", "wildcard", 1)
+	}
+	if net.ParseIP(name) != nil || strings.ContainsAny(name, ":") {
 		return false
 	}
 	return validHost(name)
@@ -897,6 +911,33 @@ func checkUTF8Name(s string) string {
 		if r < utf8.RuneSelf && !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune(".-_~", r)) {
 			return "invalid value '" + s + "': the only accepted ascii characters are alphanumerics or ., -, _, and ~"
 		}
+	}
+	return ""
+}
+
+// checkRouterPath checks a route path as Kong's router_path type does and
+// returns Kong's message, or "": a prefix path starts with "/" and is in
+// the form kongpath.Normalize gives (a request path, normalised, could
+// never start with any other), a regex path with "~/" and compiles;
+// neither has an empty segment or a malformed percent-encoding.
+func checkRouterPath(ps string) string {
+	switch {
+	case !strings.HasPrefix(ps, "/") && !strings.HasPrefix(ps, "~/"):
+		return fmt.Sprintf("should start with: / (fixed path) or ~/ (regex path), got %q", ps)
+	case strings.Contains(ps, "//"):
+		return fmt.Sprintf("must not have empty segments, got %q", ps)
+	}
+	if bad := kongpath.ValidEncoding(ps); bad != "" {
+		return fmt.Sprintf("invalid url-encoded value: '%s'", bad)
+	}
+	if re, ok := strings.CutPrefix(ps, "~"); ok {
+		if _, err := regexp.Compile(re); err != nil {
+			return fmt.Sprintf("invalid regex %q: %v", re, err)
+		}
+		return ""
+	}
+	if n := kongpath.Normalize(ps); n != ps {
+		return fmt.Sprintf("non-normalized path, consider use '%s' instead", n)
 	}
 	return ""
 }

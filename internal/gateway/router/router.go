@@ -5,16 +5,20 @@
 // on fewer; then routes whose hosts have no wildcard; then routes matching
 // more headers; then regex paths (by
 // regex_priority, higher first) before prefix paths (longest first); then
-// configuration order. A Router is immutable and safe
-// for concurrent use.
+// the route with the greater id, as Kong orders routes of equal priority
+// (a route whose paths Kong splits into groups of one length, or of
+// regexes, has one derived id per group: see splitID). A Router is
+// immutable and safe for concurrent use.
 package router
 
 import (
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+	"github.com/seed-008287da/sluice/internal/kongid"
 )
 
 // A Router holds the compiled routes of one configuration.
@@ -27,13 +31,13 @@ type entry struct {
 	prefix   string         // "" for a regex or path-less entry
 	re       *regexp.Regexp // anchored at the start
 	hasPath  bool
-	attrs    int  // number of attribute kinds the route matches on
-	plain    bool // hosts without wildcards
-	order    int
+	attrs    int    // number of attribute kinds the route matches on
+	plain    bool   // hosts without wildcards
+	id       string // Kong's id of the (split) route, for ties
 	hosts    []hostPattern
 	headers  []headerRule
 	methods  []string
-	snis     []string
+	snis     []hostPattern
 	priority int
 }
 
@@ -45,15 +49,35 @@ type headerRule struct {
 	regexps []*regexp.Regexp
 }
 
-// A HeaderGetter returns the first value of a request header (any case),
-// or nil. *fasthttp.RequestHeader is one.
+// A HeaderGetter returns every value of a request header (any case).
+// *fasthttp.RequestHeader is one.
 type HeaderGetter interface {
-	Peek(key string) []byte
+	PeekAll(key string) [][]byte
 }
 
 type hostPattern struct {
 	exact, suffix, prefix string // one is set; suffix for "*.x", prefix for "x.*"
-	port                  string // "" matches any port
+	port                  int    // 0 matches any port
+}
+
+// A Request is what a request is matched on.
+type Request struct {
+	Method string
+	// Host is the Host header (any case, with or without a port, which is
+	// not matched: a route host with a port matches Port).
+	Host string
+	// Path is the request path without the query string, normalised
+	// (kongpath.Normalize).
+	Path string
+	// Port is the port the request arrived on.
+	Port int
+	// TLS is set for a request that came over TLS asking for server name
+	// SNI ("" when the client sent none): a route with snis then matches
+	// only when SNI is one of them.
+	TLS bool
+	SNI string
+	// Headers are the request headers; nil matches no header rule.
+	Headers HeaderGetter
 }
 
 // A Match is the route a request matched.
@@ -80,7 +104,7 @@ func (m *Match) UpstreamPath(servicePath string) string {
 // that does not compile here is skipped.
 func New(routes []*kongconf.Route) *Router {
 	r := &Router{}
-	for i, rt := range routes {
+	for _, rt := range routes {
 		if rt.Service != nil && !rt.Service.Enabled {
 			continue // Kong leaves the routes of a disabled service out of the router
 		}
@@ -97,10 +121,12 @@ func New(routes []*kongconf.Route) *Router {
 		if len(rt.Headers) > 0 {
 			attrs++
 		}
-		base := entry{route: rt, attrs: attrs, order: i, methods: rt.Methods, priority: rt.RegexPriority, plain: len(rt.Hosts) > 0}
+		base := entry{route: rt, attrs: attrs, id: strings.ToLower(rt.ID), methods: rt.Methods, priority: rt.RegexPriority, plain: len(rt.Hosts) > 0}
 		if len(rt.SNIs) > 0 {
 			base.attrs++
-			base.snis = rt.SNIs
+			for _, sni := range rt.SNIs {
+				base.snis = append(base.snis, compileSNI(sni))
+			}
 		}
 		for name, vals := range rt.Headers {
 			hr := headerRule{name: name}
@@ -128,11 +154,17 @@ func New(routes []*kongconf.Route) *Router {
 			r.entries = append(r.entries, base)
 			continue
 		}
+		groups := pathGroups(rt.Paths)
 		for _, p := range rt.Paths {
 			e := base
 			e.hasPath = true
+			if len(groups) > 1 {
+				e.id = splitID(rt.ID, groups[pathGroupKey(p)])
+			}
 			if strings.HasPrefix(p, "~") {
-				re, err := regexp.Compile("^(?:" + p[1:] + ")")
+				// Anchored as Kong anchors it: "^" before the regex, so
+				// an alternation's later branches are not anchored.
+				re, err := regexp.Compile("^" + p[1:])
 				if err != nil {
 					continue
 				}
@@ -164,17 +196,68 @@ func New(routes []*kongconf.Route) *Router {
 		} else if len(a.prefix) != len(b.prefix) {
 			return len(a.prefix) > len(b.prefix)
 		}
-		return a.order < b.order
+		return a.id > b.id
 	})
 	return r
 }
 
+// pathGroupKey is the group Kong puts a route path in when it splits a
+// route: 0 for a regex, else the prefix's length.
+func pathGroupKey(p string) int {
+	if strings.HasPrefix(p, "~") {
+		return 0
+	}
+	return len(p)
+}
+
+// pathGroups numbers the groups of paths from 1, in the order of their
+// first path.
+func pathGroups(paths []string) map[int]int {
+	g := map[int]int{}
+	for _, p := range paths {
+		if k := pathGroupKey(p); g[k] == 0 {
+			g[k] = len(g) + 1
+		}
+	}
+	return g
+}
+
+// splitNamespace is the namespace Kong derives the ids of split routes in
+// (kong/router/transform.lua).
+var splitNamespace = kongid.MustParse("7f145bf9-0dce-4f91-98eb-debbce4b9f6b")
+
+// splitID is the id Kong gives group n of a route it splits by path: the
+// version 5 UUID of the route's id, "#" and n.
+func splitID(id string, n int) string {
+	return kongid.V5(splitNamespace, id+"#"+strconv.Itoa(n)).String()
+}
+
+// compileSNI reads a route's sni as Kong does: "*.x" matches every name
+// ending in ".x", "x.*" every name starting with "x.", and a trailing dot
+// of any other name is dropped.
+func compileSNI(sni string) hostPattern {
+	switch {
+	case strings.HasPrefix(sni, "*"):
+		return hostPattern{suffix: strings.TrimSuffix(sni[1:], ".")}
+	case strings.HasSuffix(sni, "*"):
+		return hostPattern{prefix: sni[:len(sni)-1]}
+	case len(sni) > 1:
+		sni = strings.TrimSuffix(sni, ".")
+	}
+	return hostPattern{exact: sni}
+}
+
 func compileHost(h string) hostPattern {
 	var hp hostPattern
-	name := h
-	if i := strings.LastIndexByte(h, ':'); i > 0 && !strings.Contains(h[i+1:], "]") && strings.Count(h, ":") == 1 {
-		name, hp.port = h[:i], h[i+1:]
+	name, port := h, ""
+	if strings.HasPrefix(h, "[") {
+		if i := strings.Index(h, "]:"); i > 0 {
+			name, port = h[:i+1], h[i+2:]
+		}
+	} else if i := strings.LastIndexByte(h, ':'); i > 0 && strings.Count(h, ":") == 1 {
+		name, port = h[:i], h[i+1:]
 	}
+	hp.port, _ = strconv.Atoi(port) // validated by kongconf
 	switch {
 	case strings.HasPrefix(name, "*."):
 		hp.suffix = name[1:]
@@ -186,8 +269,8 @@ func compileHost(h string) hostPattern {
 	return hp
 }
 
-func (hp *hostPattern) match(host, port string) bool {
-	if hp.port != "" && hp.port != port {
+func (hp *hostPattern) match(host string, port int) bool {
+	if hp.port != 0 && hp.port != port {
 		return false
 	}
 	switch {
@@ -200,44 +283,23 @@ func (hp *hostPattern) match(host, port string) bool {
 	}
 }
 
-// Match finds the route for a request. host is the Host header (any case,
-// with or without port), path the request path without the query string,
-// h the request headers (nil matches no header rule). It reports false
-// when no route matches.
-func (r *Router) Match(method, host, path string, h HeaderGetter) (Match, bool) {
-	return r.match(method, host, path, false, "", h)
-}
-
-// MatchTLS is Match for a request that came over TLS asking for server
-// name sni ("" when the client sent none): a route with snis matches only
-// when sni is one of them.
-func (r *Router) MatchTLS(method, host, path, sni string, h HeaderGetter) (Match, bool) {
-	return r.match(method, host, path, true, strings.ToLower(sni), h)
-}
-
-func (r *Router) match(method, host, path string, tls bool, sni string, h HeaderGetter) (Match, bool) {
-	hostName, port := splitHost(host)
+// Match finds the route for req. It reports false when no route matches.
+func (r *Router) Match(req Request) (Match, bool) {
+	hostName, _ := splitHost(req.Host)
+	sni := strings.ToLower(req.SNI)
+	path := req.Path
 	for i := range r.entries {
 		e := &r.entries[i]
-		if len(e.methods) > 0 && !contains(e.methods, method) {
+		if len(e.methods) > 0 && !contains(e.methods, req.Method) {
 			continue
 		}
-		if tls && len(e.snis) > 0 && !contains(e.snis, sni) {
+		if req.TLS && len(e.snis) > 0 && !matchAny(e.snis, sni, 0) {
 			continue
 		}
-		if len(e.hosts) > 0 {
-			ok := false
-			for j := range e.hosts {
-				if e.hosts[j].match(hostName, port) {
-					ok = true
-					break
-				}
-			}
-			if !ok {
-				continue
-			}
+		if len(e.hosts) > 0 && !matchAny(e.hosts, hostName, req.Port) {
+			continue
 		}
-		if len(e.headers) > 0 && !matchHeaders(e.headers, h) {
+		if len(e.headers) > 0 && !matchHeaders(e.headers, req.Headers) {
 			continue
 		}
 		if !e.hasPath {
@@ -335,26 +397,27 @@ func sanitizePostfix(p string) string {
 	return p
 }
 
+func matchAny(ps []hostPattern, name string, port int) bool {
+	for i := range ps {
+		if ps[i].match(name, port) {
+			return true
+		}
+	}
+	return false
+}
+
+// matchHeaders reports whether every rule matches one of the values of
+// its header, as Kong's any(lower(http.headers.x)).
 func matchHeaders(rules []headerRule, h HeaderGetter) bool {
 	if h == nil {
 		return false
 	}
 	for _, r := range rules {
-		v := string(h.Peek(r.name))
 		ok := false
-		for _, want := range r.values {
-			if strings.EqualFold(v, want) {
+		for _, b := range h.PeekAll(r.name) {
+			if r.matches(string(b)) {
 				ok = true
 				break
-			}
-		}
-		if !ok && len(r.regexps) > 0 {
-			lv := strings.ToLower(v)
-			for _, re := range r.regexps {
-				if re.MatchString(lv) {
-					ok = true
-					break
-				}
 			}
 		}
 		if !ok {
@@ -362,6 +425,23 @@ func matchHeaders(rules []headerRule, h HeaderGetter) bool {
 		}
 	}
 	return true
+}
+
+func (r *headerRule) matches(v string) bool {
+	for _, want := range r.values {
+		if strings.EqualFold(v, want) {
+			return true
+		}
+	}
+	if len(r.regexps) > 0 {
+		lv := strings.ToLower(v)
+		for _, re := range r.regexps {
+			if re.MatchString(lv) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func splitHost(host string) (name, port string) {
