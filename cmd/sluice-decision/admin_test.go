@@ -63,10 +63,15 @@ func TestNonLoopbackHTTPWithoutToken(t *testing.T) {
 	waitFor(t, s, "the open-port warning", func() bool { return strings.Contains(s.stderr.String(), openPortWarning) })
 	s.stop(t)
 
-	s = startWith(t, nil, "-c", cfg, "-grpc", "127.0.0.1:0", "-http", "0.0.0.0:0", "-admin-token", "t")
-	if logs := s.stop(t); strings.Contains(logs, openPortWarning) {
-		t.Fatalf("warning with a token set:\n%s", logs)
+	s = startWith(t, nil, "-c", cfg, "-grpc", "127.0.0.1:0", "-http", "0.0.0.0:0", "-admin-token", "t", "-debug", "127.0.0.1:0")
+	if logs := s.stop(t); strings.Contains(logs, openPortWarning) || strings.Contains(logs, debugPortWarning) {
+		t.Fatalf("warning with a token set, or for a loopback debug port:\n%s", logs)
 	}
+
+	// The debug port has no token: off loopback it is warned about.
+	s = startWith(t, nil, "-c", cfg, "-grpc", "127.0.0.1:0", "-debug", "0.0.0.0:0")
+	waitFor(t, s, "the debug-port warning", func() bool { return strings.Contains(s.stderr.String(), debugPortWarning) })
+	s.stop(t)
 }
 
 // SLUICE_ADMIN_TOKEN_FILE (-admin-token-file) reads the token from a file,

@@ -438,6 +438,9 @@ func serve(ctx context.Context, f *flags, hup <-chan os.Signal, log *slog.Logger
 		defer ds.Close()
 		fmt.Fprintf(stdout, "debug listening on %s\n", dl.Addr())
 		log.Info("debug listening", "addr", dl.Addr().String())
+		if !adminauth.IsLoopback(f.debugListen) {
+			log.Warn(debugPortWarning, "addr", f.debugListen)
+		}
 	}
 
 	var hs *http.Server
@@ -509,3 +512,7 @@ func topKeys(n int) int {
 	}
 	return n
 }
+
+// debugPortWarning is logged when the debug port, which has no token, is
+// not on loopback.
+const debugPortWarning = "the debug port is not on loopback: anyone who reaches it can read the configuration (/rlconfig), the statistics and profiles (/debug/pprof/)"

@@ -231,6 +231,14 @@ func TestAdminListenNeedsToken(t *testing.T) {
 			t.Errorf("--admin-listen %s without a token: %v\n%s", addr, err, out)
 		}
 	}
+	// Kong's listen flags are refused on the admin and status listeners,
+	// before anything listens.
+	for _, c := range []struct{ flag, addr string }{{"--admin-listen", "127.0.0.1:0 ssl"}, {"--status-listen", "127.0.0.1:0 http2"}, {"--admin-listen", "127.0.0.1"}} {
+		out, err := command(t, "run", "-c", "examples/quickstart/kong.yml", "--proxy-listen", "127.0.0.1:0", c.flag, c.addr).CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), c.flag) || strings.Contains(string(out), "listening") {
+			t.Errorf("%s %q: %v\n%s", c.flag, c.addr, err, out)
+		}
+	}
 	tokFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokFile, []byte("tok-123\n"), 0o600); err != nil {
 		t.Fatal(err)

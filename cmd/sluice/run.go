@@ -274,6 +274,11 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 			return nil, fmt.Errorf("--admin-token-file: %w", err)
 		}
 	}
+	for _, l := range []struct{ flag, addr string }{{"admin-listen", f.adminListen}, {"status-listen", f.statusListen}} {
+		if err := checkPlainListen(l.addr); err != nil {
+			return nil, fmt.Errorf("--%s %q: %w", l.flag, l.addr, err)
+		}
+	}
 	if f.adminListen != "" && !adminauth.IsLoopback(f.adminListen) && f.adminToken == "" {
 		return nil, fmt.Errorf("--admin-listen %s is reachable from other machines: set --admin-token or --admin-token-file (SLUICE_ADMIN_TOKEN, SLUICE_ADMIN_TOKEN_FILE), or listen on loopback", f.adminListen)
 	}
@@ -625,4 +630,23 @@ func loadCertificates(certs, keys string) ([]tls.Certificate, error) {
 		out = append(out, pair)
 	}
 	return out, nil
+}
+
+// checkPlainListen checks a listen address that takes none of Kong's
+// listen flags: host:port, or "" (off).
+func checkPlainListen(addr string) error {
+	if addr == "" {
+		return nil
+	}
+	if strings.ContainsAny(addr, " \t,") {
+		return errors.New("one host:port only: Kong's listen flags (ssl, http2, ...) and lists are not supported here, and this listener serves plain HTTP")
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want host:port: %w", err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
+	}
+	return nil
 }

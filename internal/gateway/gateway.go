@@ -189,6 +189,7 @@ func (s *Shared) Close() error {
 // A Gateway proxies requests according to its current configuration
 // generation. Its methods are safe for concurrent use.
 type Gateway struct {
+	draining  atomic.Bool // set by Shutdown
 	opts      Options
 	factories map[string]*PluginFactory
 	ignored   map[string]bool // Options.IgnorePlugins
@@ -378,6 +379,14 @@ func (g *Gateway) Validate(data []byte) error {
 // where the configuration came from in logs and metrics ("file", "admin",
 // "etcd").
 func (g *Gateway) Load(data []byte, source string) error {
+	_, err := g.Apply(data, source)
+	return err
+}
+
+// Apply is Load, and reports whether data changed the configuration: a
+// configuration the same as the serving one (by its SHA-256) is not
+// applied again.
+func (g *Gateway) Apply(data []byte, source string) (changed bool, err error) {
 	g.loadMu.Lock()
 	defer g.loadMu.Unlock()
 	gen, err := g.build(data, source)
@@ -385,13 +394,13 @@ func (g *Gateway) Load(data []byte, source string) error {
 		g.metrics.reloads.WithLabelValues(source, "rejected").Inc()
 		g.recordReload(source, "rejected", err)
 		g.log.Error("configuration rejected", "source", source, "error", err.Error())
-		return err
+		return false, err
 	}
 	if cur := g.gen.Load(); cur != nil && cur.hash == gen.hash {
 		_ = gen.close()
 		g.metrics.reloads.WithLabelValues(source, "unchanged").Inc()
 		g.recordReload(source, "unchanged", nil)
-		return nil
+		return false, nil
 	}
 	gen.seq = g.genSeq.Add(1)
 	gen.checkers = g.startHealthChecks(gen)
@@ -407,7 +416,7 @@ func (g *Gateway) Load(data []byte, source string) error {
 	g.metrics.lastReload.Set(float64(gen.loadedAt.UnixNano()) / 1e9)
 	g.log.Info("configuration applied", "source", source, "generation", gen.seq, "sha256", gen.hash,
 		"services", len(gen.cfg.Services), "routes", len(gen.cfg.Routes), "plugins", len(gen.cfg.Plugins))
-	return nil
+	return true, nil
 }
 
 func (g *Gateway) build(data []byte, source string) (*generation, error) {
@@ -550,6 +559,8 @@ func (g *Gateway) Inflight() int64 { return g.active.Load() }
 type Status struct {
 	// Ready is true once a configuration is serving.
 	Ready bool `json:"ready"`
+	// Draining is true once Shutdown has begun.
+	Draining bool `json:"draining,omitempty"`
 	// Generation counts applied configurations, from 1.
 	Generation uint64 `json:"generation"`
 	// ConfigHash is the SHA-256 of the serving configuration.
@@ -566,7 +577,7 @@ type Status struct {
 
 // Status returns the current status.
 func (g *Gateway) Status() Status {
-	st := Status{StartedAt: g.started}
+	st := Status{StartedAt: g.started, Draining: g.draining.Load()}
 	if gen := g.gen.Load(); gen != nil {
 		st.Ready = true
 		st.Generation = gen.seq
@@ -596,6 +607,7 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // ended or ctx is done. Then it releases the configuration's plugins and,
 // when the gateway made its own Shared, closes it.
 func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.draining.Store(true)
 	g.tlsMu.Lock()
 	g.closed = true
 	h2 := g.h2servers

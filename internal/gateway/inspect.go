@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -272,6 +273,9 @@ func (g *Gateway) Explain(ctx context.Context, r ExplainRequest) (Explanation, e
 	if r.Method == "" {
 		r.Method = "GET"
 	}
+	if !validMethod(r.Method) {
+		return Explanation{}, &ExplainError{"method", fmt.Sprintf("%q is not an HTTP method", r.Method)}
+	}
 	if r.Port < 0 || r.Port > 65535 {
 		return Explanation{}, &ExplainError{"port", fmt.Sprintf("must be between 1 and 65535, got %d", r.Port)}
 	}
@@ -381,4 +385,15 @@ func (g *Gateway) Explain(ctx context.Context, r ExplainRequest) (Explanation, e
 // in sluice_admin_actions_total.
 func (g *Gateway) AdminAction(action, outcome string) {
 	g.metrics.adminActions.WithLabelValues(action, outcome).Inc()
+}
+
+// validMethod reports whether m is an HTTP method: a token (RFC 9110).
+func validMethod(m string) bool {
+	for i := 0; i < len(m); i++ {
+		c := m[i]
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
+			return false
+		}
+	}
+	return m != ""
 }

@@ -78,6 +78,11 @@ func Decode(path string, data []byte, dst any) error {
 	dec.DisallowUnknownFields()
 	err := dec.Decode(dst)
 	if err == nil {
+		// One value only: anything after it is a mistake.
+		end := dec.InputOffset()
+		if _, terr := dec.Token(); terr != io.EOF {
+			return Error{Path: path, Message: "invalid JSON at byte " + strconv.FormatInt(end, 10) + ": data after the value"}
+		}
 		return nil
 	}
 	var te *json.UnmarshalTypeError

@@ -8,6 +8,7 @@ import "strings"
 var secretNames = map[string]bool{
 	"password":                 true,
 	"sentinel_password":        true,
+	"redis_password":           true, // rate-limiting's shorthand for redis.password
 	"secret":                   true,
 	"client_secret":            true,
 	"aws_secret_access_key":    true,

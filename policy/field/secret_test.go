@@ -27,6 +27,7 @@ func TestIsSecretPath(t *testing.T) {
 	for path, want := range map[string]bool{
 		"password":                                true,
 		"plugins[0].config.redis.password":        true,
+		"plugins[0].config.redis_password":        true,
 		"consumers[1].keyauth_credentials[0].key": true,
 		"certificates[2].key":                     true,
 		"consumers[0].jwt_secrets[0].secret":      true,

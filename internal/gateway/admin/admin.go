@@ -8,6 +8,7 @@ package admin
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -57,19 +58,22 @@ func Handler(g *gateway.Gateway, opts Options) http.Handler {
 	mux.HandleFunc("POST /config", a.postConfig)
 	mux.HandleFunc("GET /config", a.getConfig)
 	mux.HandleFunc("GET /status", a.status)
+	mux.HandleFunc("GET /status/ready", a.ready)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.Metrics().Registry, promhttp.HandlerOpts{}))
 	a.counterRoutes(mux)
 	a.dashboardRoutes(mux)
 	return newGuard(opts, adminhttp.JSONErrors(mux, kongError))
 }
 
-// StatusHandler serves only GET /status and GET /metrics, for a listener
+// StatusHandler serves only GET /status, GET /status/ready and GET
+// /metrics, for a listener
 // of their own (Kong's status_listen): probes and Prometheus reach them
 // without reaching the admin API.
 func StatusHandler(g *gateway.Gateway) http.Handler {
 	mux := http.NewServeMux()
 	a := &api{g: g}
 	mux.HandleFunc("GET /status", a.status)
+	mux.HandleFunc("GET /status/ready", a.ready)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.Metrics().Registry, promhttp.HandlerOpts{}))
 	return adminhttp.JSONErrors(mux, kongError)
 }
@@ -121,10 +125,20 @@ func (a *api) postConfig(w http.ResponseWriter, r *http.Request) {
 	}
 	data, err := configBody(w, r)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"message": err.Error()})
+		code := http.StatusBadRequest
+		if errors.As(err, new(*http.MaxBytesError)) {
+			code = http.StatusRequestEntityTooLarge
+		}
+		writeJSON(w, code, map[string]any{"message": err.Error()})
 		return
 	}
-	if err := a.g.Load(data, "admin"); err != nil {
+	changed, err := a.g.Apply(data, "admin")
+	if err == nil && !changed && r.URL.Query().Get("check_hash") == "1" {
+		// As Kong: the configuration in force was posted again.
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	if err != nil {
 		var errs kongconf.Errors
 		if !errors.As(err, &errs) {
 			writeJSON(w, http.StatusInternalServerError, map[string]any{"message": err.Error()})
@@ -171,7 +185,7 @@ func configBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	switch ct {
 	case "multipart/form-data", "application/x-www-form-urlencoded":
 		if err := r.ParseMultipartForm(MaxConfigSize); err != nil && !errors.Is(err, http.ErrNotMultipart) {
-			return nil, errors.New("reading form: " + err.Error())
+			return nil, fmt.Errorf("reading form: %w", err)
 		}
 		if f, _, err := r.FormFile("config"); err == nil {
 			defer f.Close()
@@ -184,7 +198,7 @@ func configBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
-		return nil, errors.New("reading body: " + err.Error())
+		return nil, fmt.Errorf("reading body: %w", err)
 	}
 	if ct == "application/json" {
 		var wrapped struct {
@@ -222,6 +236,20 @@ func (a *api) getConfig(w http.ResponseWriter, r *http.Request) {
 }
 
 // status answers 200 once a configuration serves, 503 before.
+// ready is Kong's readiness probe: 200 {"message":"ready"} while a
+// configuration serves, else 503 with the reason, Kong's words.
+func (a *api) ready(w http.ResponseWriter, r *http.Request) {
+	st := a.g.Status()
+	switch {
+	case st.Draining:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"message": "draining"})
+	case !st.Ready:
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"message": "no configuration available (configuration hash is not initialized)"})
+	default:
+		writeJSON(w, http.StatusOK, map[string]string{"message": "ready"})
+	}
+}
+
 func (a *api) status(w http.ResponseWriter, r *http.Request) {
 	st := a.g.Status()
 	code := http.StatusOK

@@ -120,6 +120,30 @@ func TestPostConfigForms(t *testing.T) {
 	if _, body := get(t, proxy+"/x"); body != "/v4/x" {
 		t.Errorf("after a rejected config: proxied to %q, want the previous /v4/x", body)
 	}
+	// check_hash=1, as in Kong: the configuration in force posted again is
+	// a 304; without the flag, or with another configuration, a 201.
+	for _, c := range []struct {
+		query string
+		body  []byte
+		want  int
+	}{
+		{"?check_hash=1", wrapped, 304},
+		{"", wrapped, 201},
+		{"?check_hash=1", []byte(strings.ReplaceAll(v3, "/v3", "/v5")), 201},
+	} {
+		res, err := http.Post(adm+"/config"+c.query, "application/json", bytes.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != c.want {
+			t.Errorf("POST /config%s: %d, want %d", c.query, res.StatusCode, c.want)
+		}
+	}
+	big := bytes.Repeat([]byte("#"), MaxConfigSize+1)
+	if code, m := post(t, adm+"/config", "application/yaml", big); code != 413 {
+		t.Errorf("a body past MaxConfigSize: %d %v, want 413", code, m)
+	}
 }
 
 func TestPostConfigErrors(t *testing.T) {
@@ -228,4 +252,38 @@ func TestReloadUnderLoad(t *testing.T) {
 	if _, body := get(t, proxy+"/x"); body != "/g18/x" {
 		t.Errorf("serving %q, want the last applied config's /g18/x", body)
 	}
+}
+
+// TestStatusReady: Kong's readiness probe, on the status listener and the
+// admin API: 503 until a configuration serves, 200 then, 503 "draining"
+// once shutdown has begun.
+func TestStatusReady(t *testing.T) {
+	g, err := gateway.New(gateway.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := httptest.NewServer(StatusHandler(g))
+	t.Cleanup(st.Close)
+	adm := httptest.NewServer(Handler(g, Options{}))
+	t.Cleanup(adm.Close)
+	check := func(when string, want int, message string) {
+		t.Helper()
+		for _, base := range []string{st.URL, adm.URL} {
+			code, body := get(t, base+"/status/ready")
+			if code != want || !strings.Contains(body, `"message":"`+message+`"`) {
+				t.Errorf("%s: %s/status/ready = %d %s, want %d %q", when, base, code, body, want, message)
+			}
+		}
+	}
+	check("before a configuration", 503, "no configuration available (configuration hash is not initialized)")
+	if err := g.Load([]byte("_format_version: \"3.0\"\n"), "test"); err != nil {
+		t.Fatal(err)
+	}
+	check("serving", 200, "ready")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := g.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("shut down", 503, "draining")
 }

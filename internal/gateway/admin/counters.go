@@ -3,6 +3,7 @@ package admin
 import (
 	"errors"
 	"io"
+	"mime"
 	"net/http"
 	"strconv"
 
@@ -102,6 +103,10 @@ func (a *api) deleteCounter(w http.ResponseWriter, r *http.Request) {
 
 func (a *api) explain(w http.ResponseWriter, r *http.Request) {
 	var req gateway.ExplainRequest
+	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct == "multipart/form-data" || ct == "application/x-www-form-urlencoded" {
+		writeJSON(w, http.StatusUnsupportedMediaType, map[string]any{"message": "content type " + quote(ct) + " is not accepted here: the request to explain is a JSON object (application/json)"})
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxExplainBody))
 	if err != nil {
 		code := http.StatusBadRequest

@@ -148,6 +148,8 @@ func TestCountersAPI(t *testing.T) {
 		{`{"path":5}`, "path", "expected a string"},
 		{`{"headers":{"a":"b"}}`, "headers", "expected a list of strings"},
 		{`{"path":"/x","port":70000}`, "port", "between 1 and 65535"},
+		{`{"path":"/x","method":"G T\r\nX: y"}`, "method", "not an HTTP method"},
+		{`{"path":"/x"} {"path":"/y"}`, "", "data after the value"},
 	} {
 		res, err := http.Post(admin+"/rate-limiting/explain", "application/json", strings.NewReader(c.body))
 		if err != nil {
@@ -157,7 +159,7 @@ func TestCountersAPI(t *testing.T) {
 		_ = json.NewDecoder(res.Body).Decode(&ans)
 		res.Body.Close()
 		msg, _ := ans["message"].(string)
-		if res.StatusCode != 400 || ans["field"] != c.field || !strings.Contains(msg, c.message) || strings.Contains(msg, "Go ") {
+		if f, _ := ans["field"].(string); res.StatusCode != 400 || f != c.field || !strings.Contains(msg, c.message) || strings.Contains(msg, "Go ") {
 			t.Errorf("explain %s: %d %v; want 400 naming %s", c.body, res.StatusCode, ans, c.field)
 		}
 	}
@@ -176,6 +178,9 @@ func TestCountersAPI(t *testing.T) {
 		}
 	}
 	big := `{"path":"/` + strings.Repeat("x", maxExplainBody) + `"}`
+	if res, err := http.Post(admin+"/rate-limiting/explain", "application/x-www-form-urlencoded", strings.NewReader("path=/x")); err != nil || res.StatusCode != 415 {
+		t.Errorf("explain of a form: %v %v; want 415", res.StatusCode, err)
+	}
 	if res, err := http.Post(admin+"/rate-limiting/explain", "application/json", strings.NewReader(big)); err != nil || res.StatusCode != 413 {
 		t.Errorf("explain of a body past the bound: %v %v; want 413", res.StatusCode, err)
 	} else {

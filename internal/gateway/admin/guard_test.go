@@ -183,12 +183,13 @@ func TestConfigRedacted(t *testing.T) {
 func TestRedactConfigFields(t *testing.T) {
 	in := []byte(`{"consumers":[{"username":"u","keyauth_credentials":[{"key":"k1"}],"basicauth_credentials":[{"username":"u","password":"p1"}],"jwt_secrets":[{"key":"iss","secret":"s1"}]}],
 "certificates":[{"cert":"PUBLIC","key":"PRIVATE"}],"routes":[{"headers":{"key":["visible"]}}],
-"keyauth_credentials":[{"consumer":"u","key":"k2"}],"basicauth_credentials":[{"consumer":"u","username":"u2","password":"p2"}],"jwt_secrets":[{"consumer":"u","key":"iss2","secret":"sec2","rsa_public_key":"PEM"}]}`)
+"keyauth_credentials":[{"consumer":"u","key":"k2"}],"basicauth_credentials":[{"consumer":"u","username":"u2","password":"p2"}],"jwt_secrets":[{"consumer":"u","key":"iss2","secret":"sec2","rsa_public_key":"PEM"}],
+"plugins":[{"name":"rate-limiting","config":{"policy":"redis","redis_host":"h","redis_password":"rp1"}}]}`)
 	out, err := redactConfig(in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, secret := range []string{"k1", "p1", "s1", "PRIVATE", "k2", "p2", "sec2"} {
+	for _, secret := range []string{"k1", "p1", "s1", "PRIVATE", "k2", "p2", "sec2", "rp1"} {
 		if bytes.Contains(out, []byte(secret)) {
 			t.Errorf("%s not redacted:\n%s", secret, out)
 		}

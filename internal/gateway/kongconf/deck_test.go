@@ -82,7 +82,7 @@ func TestRouterPaths(t *testing.T) {
 		{"/%zz", "invalid url-encoded value: '%zz'"},
 		{"~abc", `should start with: / (fixed path) or ~/ (regex path), got "~abc"`},
 		{"abc", `should start with: / (fixed path) or ~/ (regex path), got "abc"`},
-		{"~/(", "invalid regex \"/(\": error parsing regexp: missing closing ): `/(`"},
+		{"~/(", `invalid regex "~/(": missing closing )`},
 	} {
 		doc := "_format_version: \"3.0\"\nroutes: [{name: r, paths: ['" + c.path + "']}]\n"
 		_, errs := Decode([]byte(doc))
@@ -92,6 +92,17 @@ func TestRouterPaths(t *testing.T) {
 		}
 		if got != c.err {
 			t.Errorf("%s: %q, want %q", c.path, got, c.err)
+		}
+	}
+	// A path from a reference is quoted as the reference, and nothing
+	// derived from its value is shown.
+	for _, c := range []struct{ value, want string }{
+		{"~/VAULTSECRET(", `routes[0].paths[0]: invalid regex "{vault://env/rpath}": missing closing )`},
+		{"/VAULT/./SECRET", "routes[0].paths[0]: non-normalized path"},
+	} {
+		_, errs := decodeEnv(t, "_format_version: \"3.0\"\nroutes: [{name: r, paths: ['{vault://env/rpath}']}]\n", map[string]string{"RPATH": c.value})
+		if len(errs) != 1 || errs[0].Error() != c.want || strings.Contains(errs[0].Error(), "SECRET") {
+			t.Errorf("%s: %v, want %s", c.value, errs, c.want)
 		}
 	}
 	cfg, errs := Decode([]byte("_format_version: \"1.1\"\nroutes: [{name: r, paths: [/a//b, /c/%20d, /e/./f, /g/%2fh]}]\n"))

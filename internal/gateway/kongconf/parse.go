@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"regexp"
+	"regexp/syntax"
 	"sort"
 	"strconv"
 	"strings"
@@ -92,7 +93,7 @@ func decodeWith(data []byte, opts DecodeOptions, resolved *resolvedRefs) (*Confi
 	if doc == nil {
 		return nil, Errors{{Message: "empty configuration"}}
 	}
-	p := &parser{errs: &errList{}}
+	p := &parser{errs: &errList{}, resolved: resolved}
 	tree := dropNulls(normalize(doc))
 	root := asObj(tree, "", p.errs)
 	if root == nil {
@@ -155,6 +156,22 @@ type parser struct {
 	// generated holds the ids the parser derived (not configured); only
 	// configured ids must be unique, derived ones follow their names.
 	generated map[string]bool
+	resolved  *resolvedRefs // the references resolved in the file
+}
+
+// fromRef reports whether the value at path was resolved from a decK
+// substitution or a vault reference: a message about it must not show
+// anything derived from the value.
+func (p *parser) fromRef(path string) bool {
+	if p.resolved == nil {
+		return false
+	}
+	for _, r := range p.resolved.list {
+		if r.path == path || r.path == "" {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *parser) genID(kind, key string) string {
@@ -359,7 +376,7 @@ func (p *parser) route(v any, path string, svc *Service) {
 	r.Paths = o.strList("paths")
 	for i, ps := range r.Paths {
 		fp := index(o.field("paths"), i)
-		if msg := checkRouterPath(ps); msg != "" {
+		if msg := checkRouterPath(ps, p.fromRef(fp)); msg != "" {
 			p.errs.add(fp, "%s", msg)
 		}
 	}
@@ -919,8 +936,11 @@ func checkUTF8Name(s string) string {
 // returns Kong's message, or "": a prefix path starts with "/" and is in
 // the form kongpath.Normalize gives (a request path, normalised, could
 // never start with any other), a regex path with "~/" and compiles;
-// neither has an empty segment or a malformed percent-encoding.
-func checkRouterPath(ps string) string {
+// neither has an empty segment or a malformed percent-encoding. A
+// message quotes the path whole, so that one resolved from a reference
+// is shown as the reference; for such a path (secret) it suggests no
+// normal form.
+func checkRouterPath(ps string, secret bool) string {
 	switch {
 	case !strings.HasPrefix(ps, "/") && !strings.HasPrefix(ps, "~/"):
 		return fmt.Sprintf("should start with: / (fixed path) or ~/ (regex path), got %q", ps)
@@ -932,11 +952,19 @@ func checkRouterPath(ps string) string {
 	}
 	if re, ok := strings.CutPrefix(ps, "~"); ok {
 		if _, err := regexp.Compile(re); err != nil {
-			return fmt.Sprintf("invalid regex %q: %v", re, err)
+			why := "does not compile"
+			var se *syntax.Error
+			if errors.As(err, &se) {
+				why = string(se.Code)
+			}
+			return fmt.Sprintf("invalid regex %q: %s", ps, why)
 		}
 		return ""
 	}
 	if n := kongpath.Normalize(ps); n != ps {
+		if secret {
+			return "non-normalized path"
+		}
 		return fmt.Sprintf("non-normalized path, consider use '%s' instead", n)
 	}
 	return ""
