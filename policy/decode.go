@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/seed-008287da/sluice/internal/kongname"
 	"github.com/seed-008287da/sluice/policy/field"
 )
 
@@ -181,16 +182,8 @@ func (f *fields) optChecked(name string, dst **string, check func(string) string
 	}
 }
 
-// checkHeaderName checks s as Kong's header_name type: letters, digits,
-// '-' and '_' only.
-func checkHeaderName(s string) string {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !isAlnum(c) && c != '-' && c != '_' {
-			return "bad header name '" + s + "', allowed characters are A-Z, a-z, 0-9, '_', and '-'"
-		}
-	}
-	return ""
-}
+// checkHeaderName checks s as Kong's header_name type (kongname.CheckHeaderName).
+func checkHeaderName(s string) string { return kongname.CheckHeaderName(s) }
 
 // checkURLPath checks s as Kong's path type: it starts with '/', has no
 // empty segment, holds only RFC 3986 path characters, and every '%'

@@ -1,6 +1,6 @@
-// Package kongname holds the names Kong gives windows, shared by package
-// policy, its dimensions and ratelimit/httplimit, which cannot import
-// policy.
+// Package kongname holds the names Kong gives windows, and its rule for
+// header names, shared by package policy, its dimensions, the gateway's
+// configuration and ratelimit/httplimit, which cannot import policy.
 package kongname
 
 import (
@@ -35,4 +35,16 @@ func Window(w time.Duration) string {
 		return strconv.FormatInt(int64(w/time.Second), 10)
 	}
 	return strconv.FormatInt(int64(w/time.Millisecond), 10) + "ms"
+}
+
+// CheckHeaderName checks s as Kong's header_name type and returns Kong's
+// message, or "": letters, digits, '-' and '_' only.
+func CheckHeaderName(s string) string {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			return "bad header name '" + s + "', allowed characters are A-Z, a-z, 0-9, '_', and '-'"
+		}
+	}
+	return ""
 }

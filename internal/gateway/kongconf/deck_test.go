@@ -105,6 +105,17 @@ func TestRouterPaths(t *testing.T) {
 			t.Errorf("%s: %v, want %s", c.value, errs, c.want)
 		}
 	}
+	if _, errs := Decode([]byte("_format_version: \"3.0\"\nroutes: [{name: r, headers: {'x a': [v]}}]\n")); len(errs) != 1 || !strings.Contains(errs[0].Error(), "bad header name 'x a'") {
+		t.Errorf("header name 'x a': %v", errs)
+	}
+	for _, h := range []string{"a.com:80:80", "a:b.com"} {
+		if _, errs := Decode([]byte("_format_version: \"3.0\"\nroutes: [{name: r, hosts: ['" + h + "']}]\n")); len(errs) != 1 {
+			t.Errorf("host %s: %v, want one error", h, errs)
+		}
+	}
+	if _, errs := Decode([]byte("_format_version: \"3.0\"\nroutes: [{name: r, hosts: ['[::1]:8000'], methods: [G-ET]}]\n")); len(errs) != 1 || !strings.Contains(errs[0].Error(), "methods[0]") {
+		t.Errorf("methods [G-ET] with an IPv6 host: %v, want the method's error only", errs)
+	}
 	cfg, errs := Decode([]byte("_format_version: \"1.1\"\nroutes: [{name: r, paths: [/a//b, /c/%20d, /e/./f, /g/%2fh]}]\n"))
 	if len(errs) != 0 {
 		t.Fatal(errs)

@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/seed-008287da/sluice/internal/kongid"
+	"github.com/seed-008287da/sluice/internal/kongname"
 	"github.com/seed-008287da/sluice/internal/kongpath"
 
 	"github.com/seed-008287da/sluice/policy/field"
@@ -382,8 +383,8 @@ func (p *parser) route(v any, path string, svc *Service) {
 	}
 	r.Methods = o.strList("methods")
 	for i, m := range r.Methods {
-		if m == "" || strings.ToUpper(m) != m || strings.ContainsAny(m, " \t/:") {
-			p.errs.add(index(o.field("methods"), i), "invalid method %q (want an upper-case token)", m)
+		if !upperLetters(m) {
+			p.errs.add(index(o.field("methods"), i), "invalid method %q (want upper-case letters only, as Kong's http_method)", m)
 		}
 	}
 	if hv, ok := o.get("headers"); ok {
@@ -400,6 +401,10 @@ func (p *parser) route(v any, path string, svc *Service) {
 		for _, name := range names {
 			np := join(hp, name)
 			lname := strings.ToLower(name)
+			if msg := kongname.CheckHeaderName(name); msg != "" {
+				p.errs.add(np, "%s", msg)
+				continue
+			}
 			if lname == "host" {
 				p.errs.add(np, "use 'hosts' to match on the Host header")
 				continue
@@ -527,6 +532,9 @@ func validHost(h string) bool {
 	name = strings.TrimSuffix(name, ".*")
 	if name == "" || strings.Contains(name, "*") {
 		return false
+	}
+	if strings.Contains(name, ":") && net.ParseIP(strings.Trim(name, "[]")) == nil {
+		return false // a second port, or a colon in a name
 	}
 	for _, c := range name {
 		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == ':' || c == '_') {
@@ -968,4 +976,14 @@ func checkRouterPath(ps string, secret bool) string {
 		return fmt.Sprintf("non-normalized path, consider use '%s' instead", n)
 	}
 	return ""
+}
+
+// upperLetters reports whether s is one or more of A-Z.
+func upperLetters(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 'A' || s[i] > 'Z' {
+			return false
+		}
+	}
+	return s != ""
 }
