@@ -119,7 +119,7 @@ func NewBasic(cfg *BasicConfig, scope Scope, reg *Registry) (*Basic, error) {
 		syncRate = 0
 	}
 	b.storeKey, b.store, err = reg.storeFor(c.Policy, RedisStoreConfig{
-		Namespace: basicNamespace, Redis: rc, SyncRate: syncRate, Windows: windows, CallerClock: true,
+		Namespace: basicNamespace, Redis: rc, SyncRate: syncRate, Windows: windows,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("policy: building %s store for rate-limiting: %w", c.Policy, err)

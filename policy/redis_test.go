@@ -92,6 +92,26 @@ func TestBasicRedisPolicy(t *testing.T) {
 	runCalls(t, a, []call{{t: 61 * time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-Minute": "1"}}})
 }
 
+// rate-limiting's keys live as Kong's do, about as long as their window
+// (until the end of the next one), not the hour a store on the caller's
+// clock keeps them.
+func TestBasicRedisKeyTTL(t *testing.T) {
+	srv := testservers.Redis(t, testservers.RedisOptions{})
+	cfg := `{"minute":2,"policy":"redis","limit_by":"ip",` + redisConfigJSON(srv) + `}`
+	b := newBasic(t, newRegistry(t, RegistryOptions{RedisTimeout: testRedisTimeout}), cfg, Scope{})
+	runCalls(t, b, []call{{t: time.Second, allowed: true}})
+	keys, _ := srv.Do(t, "KEYS", "*").([]any)
+	if len(keys) == 0 {
+		t.Fatal("no key in Redis")
+	}
+	for _, k := range keys {
+		ttl, _ := srv.Do(t, "PTTL", k.(string)).(int64)
+		if ttl <= 0 || ttl > int64(2*time.Minute/time.Millisecond) {
+			t.Errorf("key %s: PTTL %d ms, want at most two minutes", k, ttl)
+		}
+	}
+}
+
 // ssl, ssl_verify and server_name reach the Redis client; the CA comes
 // from RegistryOptions.RedisTLS. A wrong server name fails verification.
 func TestRedisTLS(t *testing.T) {

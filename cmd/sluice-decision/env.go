@@ -259,10 +259,10 @@ func redisEnv(getenv func(string) (string, bool)) (*decision.StoreConfig, error)
 	if v, ok := lookup(getenv, "BACKEND_TYPE"); ok && !strings.EqualFold(v, "redis") {
 		return nil, fmt.Errorf("BACKEND_TYPE=%q is not supported: only redis (or sluice's memory store, in the file)", v)
 	}
-	for _, name := range []string{"REDIS_PERSECOND", "REDIS_PERSECOND_URL"} {
-		if v, ok := lookup(getenv, name); ok && !strings.EqualFold(v, "false") {
-			return nil, fmt.Errorf("%s=%q is not supported: sluice uses one Redis for every limit", name, field.RedactURL(v))
-		}
+	// As in envoyproxy/ratelimit, the REDIS_PERSECOND_* settings are read
+	// only with REDIS_PERSECOND on.
+	if v, ok := lookup(getenv, "REDIS_PERSECOND"); ok && !strings.EqualFold(v, "false") {
+		return nil, fmt.Errorf("REDIS_PERSECOND=%q is not supported: sluice uses one Redis for every limit", v)
 	}
 	url, ok := lookup(getenv, "REDIS_URL")
 	if !ok {

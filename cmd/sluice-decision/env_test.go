@@ -182,6 +182,13 @@ func TestUnsupportedEnv(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), `REDIS_POOL_SIZE=\"50\" is not supported`) {
 		t.Errorf("REDIS_POOL_SIZE: %v\n%s", err, out)
 	}
+	// REDIS_PERSECOND_URL is read only with REDIS_PERSECOND on, as in the
+	// peer: beside REDIS_PERSECOND=false it changes nothing.
+	cmd = command(t, "-c", cfg, "-check")
+	cmd.Env = append(cmd.Env, "REDIS_PERSECOND=false", "REDIS_PERSECOND_URL=127.0.0.1:1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("REDIS_PERSECOND_URL with REDIS_PERSECOND=false: %v\n%s", err, out)
+	}
 }
 
 // A rejected environment or file with a secret in it names the variable

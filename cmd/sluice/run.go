@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -121,6 +123,8 @@ type serveFlags struct {
 	sslCertKey       string
 	adminListen      string
 	statusListen     string
+	trustedCerts     string
+	redisTLS         *tls.Config // from trustedCerts
 	adminToken       string
 	adminTokenFile   string
 	adminHosts       string
@@ -214,6 +218,7 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 	str(&f.adminHosts, "admin-allowed-hosts", "", "comma-separated extra Host names (host:port) the admin API answers; by default only the names of its listen address")
 	str(&f.ignorePlugins, "ignore-plugins", "", "comma-separated plugins sluice does not implement whose instances are skipped instead of refusing the file (never an authentication or authorization plugin)")
 	str(&f.statusListen, "status-listen", "", "listen address of GET /status and GET /metrics alone (Kong's status_listen), for probes and Prometheus; empty disables it")
+	str(&f.trustedCerts, "lua-ssl-trusted-certificate", "", "comma-separated PEM files of the CAs Redis TLS connections trust (ssl_verify), or \"system\" among them for the system's (Kong's lua_ssl_trusted_certificate); empty: the system's")
 	str(&f.trustedIPs, "trusted-ips", "", "comma-separated CIDRs whose forwarding headers are trusted (Kong's trusted_ips)")
 	str(&f.realIPHeader, "real-ip-header", clientip.XRealIP, "header holding the client address from a trusted proxy (Kong's real_ip_header)")
 	boolean(&f.realIPRecursive, "real-ip-recursive", false, "skip trusted addresses right to left in the header (Kong's real_ip_recursive)")
@@ -273,6 +278,9 @@ func parseServe(args []string, stderr io.Writer) (*serveFlags, error) {
 		if f.adminToken, err = adminauth.ReadTokenFile(f.adminTokenFile); err != nil {
 			return nil, fmt.Errorf("--admin-token-file: %w", err)
 		}
+	}
+	if f.redisTLS, err = trustedCAs(f.trustedCerts); err != nil {
+		return nil, fmt.Errorf("--lua-ssl-trusted-certificate: %w", err)
 	}
 	for _, l := range []struct{ flag, addr string }{{"admin-listen", f.adminListen}, {"status-listen", f.statusListen}} {
 		if err := checkPlainListen(l.addr); err != nil {
@@ -367,7 +375,7 @@ func serve(ctx context.Context, f *serveFlags, hup <-chan os.Signal, log *slog.L
 		GroupPolicyOverrides:   f.groupOverrides,
 		IgnorePlugins:          splitList(f.ignorePlugins),
 		LookupEnv:              os.LookupEnv,
-		Shared:                 gateway.NewShared(policy.RegistryOptions{Logger: log, OnRedisState: metrics.RedisStateChanged, TopKeys: topKeys(f.topKeys)}),
+		Shared:                 gateway.NewShared(policy.RegistryOptions{Logger: log, OnRedisState: metrics.RedisStateChanged, TopKeys: topKeys(f.topKeys), RedisTLS: f.redisTLS}),
 	}
 	defer opts.Shared.Close()
 	if f.sslCert != "" {
@@ -649,4 +657,38 @@ func checkPlainListen(addr string) error {
 		return fmt.Errorf("port %q is not a number from 0 to 65535", port)
 	}
 	return nil
+}
+
+// trustedCAs reads Kong's lua_ssl_trusted_certificate: comma-separated PEM
+// files, "system" standing for the system's CAs. It returns nil (the
+// system's) for "".
+func trustedCAs(list string) (*tls.Config, error) {
+	if strings.TrimSpace(list) == "" {
+		return nil, nil
+	}
+	names := strings.Split(list, ",")
+	for i := range names {
+		names[i] = strings.TrimSpace(names[i])
+	}
+	pool := x509.NewCertPool()
+	if slices.Contains(names, "system") {
+		sys, err := x509.SystemCertPool()
+		if err != nil {
+			return nil, fmt.Errorf("the system's CAs: %w", err)
+		}
+		pool = sys
+	}
+	for _, name := range names {
+		if name == "system" {
+			continue
+		}
+		pem, err := os.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s holds no PEM certificate", name)
+		}
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }

@@ -156,3 +156,45 @@ consumers:
 		}
 	}
 }
+
+// --lua-ssl-trusted-certificate (Kong's lua_ssl_trusted_certificate) gives
+// Redis TLS connections the CA of a private PKI: with ssl_verify, counting
+// is shared in Redis, not per node; a file that is not PEM is refused at
+// start, naming the flag.
+func TestRedisTrustedCertificate(t *testing.T) {
+	srv := testservers.Redis(t, testservers.RedisOptions{TLS: true})
+	cfg := filepath.Join(t.TempDir(), "kong.yml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`_format_version: "3.0"
+services:
+- name: s
+  url: http://127.0.0.1:9
+  routes:
+  - name: r
+    paths: [/r]
+    plugins:
+    - name: request-termination
+      config: {status_code: 200, message: ok}
+    - name: rate-limiting-advanced
+      config: {limit: [100], window_size: [60], namespace: tls, strategy: redis, sync_rate: 0,
+        redis: {host: 127.0.0.1, port: %d, ssl: true, ssl_verify: true, server_name: localhost}}
+`, srv.Port())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := start(t, "-c", cfg, "--lua-ssl-trusted-certificate", srv.CAFile)
+	if res := get(t, s.proxy+"/r"); res.StatusCode != 200 {
+		t.Fatalf("status %d", res.StatusCode)
+	}
+	if n, _ := srv.Do(t, "DBSIZE").(int64); n == 0 {
+		t.Errorf("no key in Redis: the counter was not shared")
+	}
+	s.stop(t)
+
+	notPEM := filepath.Join(t.TempDir(), "ca.txt")
+	if err := os.WriteFile(notPEM, []byte("not a certificate"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := command(t, "run", "-c", cfg, "--proxy-listen", "127.0.0.1:0", "--lua-ssl-trusted-certificate", notPEM).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "--lua-ssl-trusted-certificate") {
+		t.Errorf("a file that is not PEM: %v\n%s", err, out)
+	}
+}

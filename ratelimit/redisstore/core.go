@@ -215,7 +215,7 @@ func (s *Store) windowKeys(key string, id uint64, start, w int64, prev bool) (st
 
 // isUnavailable classifies err from a Redis call. A Redis that did not
 // answer, or answered that it cannot serve now (LOADING, READONLY after a
-// failover, CLUSTERDOWN...), is unavailable: the caller decides locally.
+// failover, CLUSTERDOWN, OOM at maxmemory...), is unavailable: the caller decides locally.
 // Any other error is Redis' answer (ErrBadReply) or the store's state
 // (ErrClosed) and goes to the caller.
 func isUnavailable(err error) bool {
@@ -241,7 +241,7 @@ func transient(re *rueidis.RedisError) bool {
 		return true
 	}
 	msg := re.Error()
-	for _, p := range []string{"READONLY", "MASTERDOWN", "NOREPLICAS", "BUSY", "MOVED", "ASK"} {
+	for _, p := range []string{"READONLY", "MASTERDOWN", "NOREPLICAS", "BUSY", "MOVED", "ASK", "OOM"} {
 		if strings.HasPrefix(msg, p) {
 			return true
 		}

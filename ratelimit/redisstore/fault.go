@@ -16,11 +16,12 @@ import (
 // once, as an error naming Setting.
 type Fault struct {
 	// Reason is a short stable word for metrics: "wrongpass", "noauth",
-	// "noperm", "unknown_command", "tls_name" or "tls_certificate".
+	// "noperm", "unknown_command", "database", "tls_name" or
+	// "tls_certificate".
 	Reason string
 	// Setting is the Config field to check, named as in Kong's
-	// config.redis: "password", "username", "host", "server_name" or
-	// "ssl_verify"; "cloud_authentication" for a refused token, in the
+	// config.redis: "password", "username", "host", "database",
+	// "server_name" or "ssl_verify"; "cloud_authentication" for a refused token, in the
 	// faults a Store or Client.Ping reports with Config.CloudAuth set.
 	Setting string
 	// Err is the error as Redis or the handshake gave it.
@@ -55,6 +56,8 @@ func Classify(err error) *Fault {
 			return &Fault{Reason: "noperm", Setting: "username", Err: err}
 		case strings.Contains(msg, "unknown command"):
 			return &Fault{Reason: "unknown_command", Setting: "host", Err: err}
+		case strings.Contains(msg, "DB index is out of range"):
+			return &Fault{Reason: "database", Setting: "database", Err: err}
 		}
 		return nil
 	}

@@ -26,6 +26,7 @@ func TestClassify(t *testing.T) {
 	}{
 		{"wrong password", Config{Host: srv.Host(), Port: srv.Port(), Password: "bad"}, "wrongpass", "password"},
 		{"no password", Config{Host: srv.Host(), Port: srv.Port()}, "noauth", "password"},
+		{"database out of range", Config{Host: srv.Host(), Port: srv.Port(), Password: "pw", Database: 99}, "database", "database"},
 		{"server name", Config{Host: tlsSrv.Host(), Port: tlsSrv.Port(), SSL: true, SSLVerify: true, ServerName: "other", TLSConfig: tlsSrv.TLSConfig()}, "tls_name", "server_name"},
 		{"unknown CA", Config{Host: tlsSrv.Host(), Port: tlsSrv.Port(), SSL: true, SSLVerify: true, ServerName: "localhost"}, "tls_certificate", "ssl_verify"},
 	} {
@@ -207,5 +208,38 @@ func TestOutageLogsOncePerChange(t *testing.T) {
 	if len(lines) != 2 || !strings.Contains(lines[0], "level=WARN") || !strings.Contains(lines[0], "unavailable") ||
 		!strings.Contains(lines[1], "available again") {
 		t.Fatalf("log after %d failed cycles:\n%s\nwant one line down, one up", failed, log.buf.String())
+	}
+}
+
+// A Redis out of memory (maxmemory reached, noeviction) cannot serve now:
+// the store decides with local counters, still limiting, and logs one
+// line, not one per call; the plain-command path (fixed windows) and the
+// script path (a token bucket) alike.
+func TestOutOfMemoryFallsBack(t *testing.T) {
+	srv, c := standalone(t)
+	var log faultLog
+	s := newStore(t, c, Options{Namespace: "oom", CallerClock: true, ManualSync: true, Cooldown: time.Hour,
+		Logger: log.logger(), OnStateChange: log.record})
+	now := ratelimittest.At(time.Second)
+	srv.Do(t, "CONFIG", "SET", "maxmemory-policy", "noeviction")
+	srv.Do(t, "CONFIG", "SET", "maxmemory", "1")
+	t.Cleanup(func() { srv.Do(t, "CONFIG", "SET", "maxmemory", "0") })
+	for _, l := range []ratelimit.Limit{ratelimit.PerMinute(3).Fixed(), ratelimit.PerMinute(3).TokenBucket(3)} {
+		r := ratelimit.Request{Key: "k-" + l.Algorithm.String(), Limits: []ratelimit.Limit{l}, Now: now}
+		allowed := 0
+		for range 10 {
+			if take(t, s, r).Allowed {
+				allowed++
+			}
+		}
+		if allowed != 3 {
+			t.Errorf("%v: %d of 10 allowed with Redis out of memory, want the limit, 3, on local counters", l, allowed)
+		}
+	}
+	if st := s.Stats(); st.State != StateFallback || st.LocalDecisions != 20 {
+		t.Errorf("stats %+v, want fallback and 20 local decisions", st)
+	}
+	if lines := log.lines(); len(lines) != 1 || !strings.Contains(lines[0], "OOM") || !strings.Contains(lines[0], "level=WARN") {
+		t.Errorf("log, want one warning naming OOM:\n%s", log.buf.String())
 	}
 }
