@@ -104,7 +104,8 @@ type Lease struct {
 // same timelines; package storekit has what a store writer needs.
 type Store interface {
 	// Take decides r. It returns an error only when r is invalid (wrapping
-	// ErrInvalidLimit) or the store failed.
+	// ErrInvalidLimit), the store failed, or ctx ended before a store that
+	// uses it could decide (wrapping ctx.Err()).
 	Take(ctx context.Context, r Request) (Decision, error)
 	// Close releases the store's resources and stops its goroutines.
 	Close() error
@@ -123,7 +124,8 @@ type Allower interface {
 // concurrent use; no key ever has more than Max live leases.
 type LeaseStore interface {
 	// Acquire takes one concurrency lease. It returns an error only when r
-	// is invalid (wrapping ErrInvalidLimit) or the store failed.
+	// is invalid (wrapping ErrInvalidLimit), the store failed, or ctx ended
+	// first (wrapping ctx.Err()).
 	Acquire(ctx context.Context, r LeaseRequest) (Lease, error)
 	// Release ends the lease id on key. Releasing a lease that is unknown,
 	// already released or expired is not an error.

@@ -344,7 +344,7 @@ func (s *syncMode) runBatch(batch []*takeCall) {
 	defer ctx.release()
 	rc, err := s.c.conn(ctx)
 	if err != nil {
-		s.record(batch[0].now, err)
+		s.record(context.Background(), batch[0].now, err)
 		for _, c := range batch {
 			c.done <- takeResult{err: err}
 		}
@@ -393,7 +393,7 @@ func (s *syncMode) runBatch(batch []*takeCall) {
 			}
 		}
 	}
-	s.record(batch[0].now, failed)
+	s.record(context.Background(), batch[0].now, failed)
 	for gi, g := range groups {
 		vals, err := replies[gi], errs[gi]
 		if err != nil {

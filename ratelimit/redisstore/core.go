@@ -39,9 +39,9 @@ func (s *Store) every(interval time.Duration, cycle func(ctx context.Context, no
 			case <-l.stop:
 				return
 			case now := <-t.C:
-				ctx, cancel := context.WithTimeout(context.Background(), s.cycleTimeout())
-				cycle(ctx, now)
-				cancel()
+				// A cycle bounds its own calls by cycleTimeout: their
+				// failures are Redis', not a caller's (see callerErr).
+				cycle(context.Background(), now)
 			}
 		}
 	}()
@@ -74,12 +74,12 @@ func (s *Store) refused(r *ratelimit.Request) (ratelimit.Decision, error) {
 	return s.local.take(r, false), nil
 }
 
-// failed decides r after its Redis call failed with err: locally when
-// Redis was unavailable (with Strict, an error wrapping ErrUnavailable),
-// else not at all.
-func (s *Store) failed(r *ratelimit.Request, err error) (ratelimit.Decision, error) {
-	if !isUnavailable(err) {
-		return ratelimit.Decision{}, err
+// failed decides r after its Redis call, made for a caller whose context
+// is ctx, failed with err: locally when Redis was unavailable (with Strict,
+// an error wrapping ErrUnavailable), else not at all (see callerErr).
+func (s *Store) failed(ctx context.Context, r *ratelimit.Request, err error) (ratelimit.Decision, error) {
+	if callerEnded(ctx) != nil || !isUnavailable(err) {
+		return ratelimit.Decision{}, callerErr(ctx, err)
 	}
 	if s.opts.Strict {
 		if errors.Is(err, ErrUnavailable) {
@@ -94,10 +94,13 @@ func (s *Store) failed(r *ratelimit.Request, err error) (ratelimit.Decision, err
 // readResult records the outcome of a read of r's counters in Redis and
 // returns what a read gives: cs, or, when Redis was unavailable, this
 // node's counters (with Strict, an error wrapping ErrUnavailable).
-func (s *Store) readResult(r *ratelimit.Request, cs []storekit.Counter, now time.Time, err error) ([]storekit.Counter, time.Time, error) {
-	s.record(r.Now, err)
+func (s *Store) readResult(ctx context.Context, r *ratelimit.Request, cs []storekit.Counter, now time.Time, err error) ([]storekit.Counter, time.Time, error) {
+	s.record(ctx, r.Now, err)
 	if err == nil {
 		return cs, now, nil
+	}
+	if callerEnded(ctx) != nil {
+		return nil, time.Time{}, callerErr(ctx, err)
 	}
 	if isUnavailable(err) && !s.opts.Strict {
 		return s.local.counters(r), r.Now, nil
@@ -111,27 +114,27 @@ func (s *Store) readResult(r *ratelimit.Request, cs []storekit.Counter, now time
 // del runs in one pipeline the commands cmds builds (deletions of a
 // reset), within Timeout, and records the outcome.
 func (s *Store) del(ctx context.Context, now time.Time, cmds func(rc rueidis.Client) (rueidis.Commands, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	rc, err := s.c.conn(ctx)
+	rc, err := s.c.conn(cctx)
 	if err != nil {
-		s.record(now, err)
-		return err
+		s.record(ctx, now, err)
+		return callerErr(ctx, err)
 	}
 	cs, err := cmds(rc)
 	if err != nil {
 		return err
 	}
-	res := rc.DoMulti(ctx, cs...)
+	res := rc.DoMulti(cctx, cs...)
 	s.redisCalls.Add(1)
 	for _, x := range res {
 		if err := x.Error(); err != nil {
 			err = replyErr("DEL", err)
-			s.record(now, err)
-			return err
+			s.record(ctx, now, err)
+			return callerErr(ctx, err)
 		}
 	}
-	s.record(now, nil)
+	s.record(ctx, now, nil)
 	return nil
 }
 
@@ -229,11 +232,39 @@ func isUnavailable(err error) bool {
 	return !errors.Is(err, ErrBadReply) && !errors.Is(err, ratelimit.ErrClosed)
 }
 
-// unavailable records the failed call err with the breaker and reports
-// whether the caller should decide locally.
-func (s *Store) unavailable(now time.Time, err error) bool {
-	s.record(now, err)
-	return isUnavailable(err)
+// unavailable records the failed call err, made for a caller whose
+// context is ctx, with the breaker and reports whether the caller should
+// decide locally: never when ctx has ended (see callerErr).
+func (s *Store) unavailable(ctx context.Context, now time.Time, err error) bool {
+	s.record(ctx, now, err)
+	return isUnavailable(err) && callerEnded(ctx) == nil
+}
+
+// callerErr is the one rule for a call that failed with err once its
+// caller's context ctx had ended (its deadline passed, or it was
+// cancelled): the failure is the caller's, not Redis'. It is not counted
+// by the breaker (see record), nothing is decided locally, and the caller
+// gets an error wrapping ctx.Err(). While ctx is live callerErr returns
+// err: a call that the store's own Timeout cut short is Redis' failure.
+func callerErr(ctx context.Context, err error) error {
+	cerr := callerEnded(ctx)
+	if cerr == nil || errors.Is(err, cerr) {
+		return err
+	}
+	return fmt.Errorf("redisstore: %w (%w)", cerr, err)
+}
+
+// callerEnded returns ctx's error, or context.DeadlineExceeded once its
+// deadline has passed: rueidis times a call out by the deadline, which
+// can be a moment before ctx's own timer fires.
+func callerEnded(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 func transient(re *rueidis.RedisError) bool {
@@ -311,13 +342,13 @@ func appendInt64s(dst []int64, vals []rueidis.RedisMessage) ([]int64, error) {
 
 // record feeds the breaker with the outcome of one round trip. A call the
 // caller cancelled says nothing about Redis.
-func (s *Store) record(now time.Time, err error) {
+func (s *Store) record(ctx context.Context, now time.Time, err error) {
 	if err == nil {
 		s.br.success()
 		return
 	}
-	if errors.Is(err, context.Canceled) {
-		return
+	if errors.Is(err, context.Canceled) || callerEnded(ctx) != nil {
+		return // the caller's, not Redis' (see callerErr)
 	}
 	s.redisErrors.Add(1)
 	if isUnavailable(err) {

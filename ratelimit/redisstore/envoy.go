@@ -38,7 +38,7 @@ func (s *envoyMode) take(ctx context.Context, rv ratelimit.Request, _ bool) (rat
 	}
 	d, err := s.takeEnvoy(ctx, r)
 	if err != nil {
-		return s.failed(r, err)
+		return s.failed(ctx, r, err)
 	}
 	return d, nil
 }
@@ -48,7 +48,7 @@ func (s *envoyMode) read(ctx context.Context, r *ratelimit.Request) ([]storekit.
 		return s.local.counters(r), r.Now, nil
 	}
 	cs, err := s.readEnvoy(ctx, r)
-	return s.readResult(r, cs, r.Now, err)
+	return s.readResult(ctx, r, cs, r.Now, err)
 }
 
 func (s *envoyMode) reset(ctx context.Context, r *ratelimit.Request) error {
@@ -86,16 +86,16 @@ func envoyWindow(r *ratelimit.Request) (string, int64) {
 // takeEnvoy decides r in envoyproxy/ratelimit's layout: one pipeline of
 // INCRBY and EXPIRE, and storekit.Apply over the count before this call.
 func (s *envoyMode) takeEnvoy(ctx context.Context, r *ratelimit.Request) (ratelimit.Decision, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	rc, err := s.c.conn(ctx)
+	rc, err := s.c.conn(cctx)
 	if err != nil {
-		s.record(r.Now, err)
+		s.record(ctx, r.Now, err)
 		return ratelimit.Decision{}, err
 	}
 	key, start := envoyWindow(r)
 	w := int64(r.Limits[0].Window / time.Second)
-	res, trips := doMulti(ctx, rc, 2, func(i int) rueidis.Completed {
+	res, trips := doMulti(cctx, rc, 2, func(i int) rueidis.Completed {
 		if i == 0 {
 			return rc.B().Incrby().Key(key).Increment(r.Cost).Build()
 		}
@@ -108,10 +108,10 @@ func (s *envoyMode) takeEnvoy(ctx context.Context, r *ratelimit.Request) (rateli
 	}
 	if err != nil {
 		err = replyErr("INCRBY/EXPIRE "+key, err)
-		s.record(r.Now, err)
+		s.record(ctx, r.Now, err)
 		return ratelimit.Decision{}, err
 	}
-	s.record(r.Now, nil)
+	s.record(ctx, r.Now, nil)
 	cs := []storekit.Counter{{Start: start * 1000, Cur: max(after-r.Cost, 0)}}
 	d := storekit.Apply(r, cs)
 	s.local.put(r, cs, nil, nil)

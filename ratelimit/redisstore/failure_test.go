@@ -440,3 +440,67 @@ func TestTakeAllLossAndFallback(t *testing.T) {
 		t.Fatalf("stats %+v, want fallback and 4 local decisions", st)
 	}
 }
+
+func TestCallerDeadlineIsNotAnOutage(t *testing.T) {
+	// A caller whose own deadline passes during a call gets its context's
+	// error; the store stays connected and decides nothing locally, so the
+	// next caller is decided on Redis' counters, not on local ones that
+	// start from zero.
+	srv, c := standalone(t)
+	s := newStore(t, c, Options{Namespace: "caller-deadline", CallerClock: true, ManualSync: true})
+	limits := []ratelimit.Limit{ratelimit.PerHour(3).Fixed()}
+	r := ratelimit.Request{Key: "k", Limits: limits, Now: ratelimittest.At(0)}
+	lr := ratelimit.LeaseRequest{Key: "k", ID: "a", Max: 1, TTL: time.Minute, Now: ratelimittest.At(0)}
+	b, err := s.Reserve(context.Background(), r, time.Hour)
+	if err != nil || !b.OK {
+		t.Fatalf("Reserve: %+v, %v", b, err)
+	}
+	take(t, s, r)
+	take(t, s, r) // the limit is spent on Redis
+	if l, err := s.Acquire(context.Background(), lr); err != nil || !l.Allowed {
+		t.Fatalf("Acquire: %+v, %v", l, err)
+	}
+
+	expired, cancel := context.WithDeadline(context.Background(), time.Unix(0, 0))
+	defer cancel()
+	paused := func(name string, call func(ctx context.Context) error) {
+		t.Helper()
+		// Paused for writes (scripts included), the server holds the call
+		// past the caller's deadline, long before the store's own Timeout
+		// of 10 s, and still answers the test's UNPAUSE.
+		srv.Do(t, "CLIENT", "PAUSE", "10000", "WRITE")
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		err := call(ctx)
+		cancel()
+		srv.Do(t, "CLIENT", "UNPAUSE")
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s past the caller's deadline: err %v, want context.DeadlineExceeded", name, err)
+		}
+		if err := call(expired); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%s with an expired context: err %v, want context.DeadlineExceeded", name, err)
+		}
+		if st := s.Stats(); st.State != StateConnected || st.LocalDecisions != 0 {
+			t.Fatalf("after %s: stats %+v, want connected and no local decision", name, st)
+		}
+	}
+	paused("Reserve", func(ctx context.Context) error {
+		_, err := s.Reserve(ctx, r, time.Hour)
+		return err
+	})
+	paused("Unreserve", func(ctx context.Context) error {
+		return s.Unreserve(ctx, r, b)
+	})
+	paused("Acquire", func(ctx context.Context) error {
+		_, err := s.Acquire(ctx, ratelimit.LeaseRequest{Key: "k", ID: "b", Max: 1, TTL: time.Minute, Now: ratelimittest.At(0)})
+		return err
+	})
+	if _, err := s.Leases(expired, "k", ratelimittest.At(0)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Leases with an expired context: err %v, want context.DeadlineExceeded", err)
+	}
+	if d := take(t, s, r); d.Allowed {
+		t.Fatal("a call over the limit was allowed after callers' deadlines passed")
+	}
+	if l, err := s.Acquire(context.Background(), ratelimit.LeaseRequest{Key: "k", ID: "c", Max: 1, TTL: time.Minute, Now: ratelimittest.At(0)}); err != nil || l.Allowed {
+		t.Fatalf("a second lease after callers' deadlines passed: %+v, %v", l, err)
+	}
+}

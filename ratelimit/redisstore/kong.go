@@ -60,7 +60,7 @@ func (s *kongMode) take(ctx context.Context, rv ratelimit.Request, _ bool) (rate
 	}
 	d, err := s.takeKong(ctx, r)
 	if err != nil {
-		return s.failed(r, err)
+		return s.failed(ctx, r, err)
 	}
 	return d, nil
 }
@@ -70,7 +70,7 @@ func (s *kongMode) read(ctx context.Context, r *ratelimit.Request) ([]storekit.C
 		return s.local.counters(r), r.Now, nil
 	}
 	cs, err := s.readKong(ctx, r)
-	return s.readResult(r, cs, r.Now, err)
+	return s.readResult(ctx, r, cs, r.Now, err)
 }
 
 func (s *kongMode) reset(ctx context.Context, r *ratelimit.Request) error {
@@ -97,11 +97,11 @@ func (s *kongMode) sync(ctx context.Context, now time.Time) error {
 		s.local.sweep(now)
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cycleTimeout())
+	cctx, cancel := context.WithTimeout(ctx, s.cycleTimeout())
 	defer cancel()
 	if items := s.local.snapshot(now); len(items) > 0 {
-		if err := s.syncKong(ctx, now, items); err != nil {
-			s.record(now, err)
+		if err := s.syncKong(cctx, now, items); err != nil {
+			s.record(ctx, now, err)
 			return err
 		}
 	}
@@ -141,17 +141,17 @@ func windowStart(l ratelimit.Limit, now time.Time) int64 {
 // the decision is storekit.Apply over the totals. A second pipeline takes
 // the cost back from the windows that must not keep it.
 func (s *kongMode) takeKong(ctx context.Context, r *ratelimit.Request) (ratelimit.Decision, error) {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	rc, err := s.c.conn(ctx)
+	rc, err := s.c.conn(cctx)
 	if err != nil {
-		s.record(r.Now, err)
+		s.record(ctx, r.Now, err)
 		return ratelimit.Decision{}, err
 	}
 	n := len(r.Limits)
 	hashes := make([]string, n)
 	starts := make([]int64, n)
-	res, trips := doMulti(ctx, rc, 3*n, func(i int) rueidis.Completed {
+	res, trips := doMulti(cctx, rc, 3*n, func(i int) rueidis.Completed {
 		l := r.Limits[i/3]
 		start := windowStart(l, r.Now)
 		starts[i/3] = start
@@ -182,12 +182,12 @@ func (s *kongMode) takeKong(ctx context.Context, r *ratelimit.Request) (ratelimi
 		}
 		if err != nil {
 			err = replyErr("HINCRBY/HGET", err)
-			s.record(r.Now, err)
+			s.record(ctx, r.Now, err)
 			return ratelimit.Decision{}, err
 		}
 		cs = append(cs, storekit.Counter{Start: starts[i], Cur: total - r.Cost, Prev: prev})
 	}
-	s.record(r.Now, nil)
+	s.record(ctx, r.Now, nil)
 	d := storekit.Apply(r, cs)
 	s.local.put(r, cs, nil, nil)
 	if d.Allowed {
@@ -200,7 +200,7 @@ func (s *kongMode) takeKong(ctx context.Context, r *ratelimit.Request) (ratelimi
 		}
 	}
 	if len(back) > 0 {
-		res, trips := doMulti(ctx, rc, len(back), func(j int) rueidis.Completed {
+		res, trips := doMulti(cctx, rc, len(back), func(j int) rueidis.Completed {
 			return rc.B().Hincrby().Key(hashes[back[j]]).Field(r.Key).Increment(-r.Cost).Build()
 		})
 		s.redisCalls.Add(uint64(trips))
@@ -208,7 +208,7 @@ func (s *kongMode) takeKong(ctx context.Context, r *ratelimit.Request) (ratelimi
 			if err := x.Error(); err != nil {
 				// The decision stands; the count stays one call too high
 				// until the window ends, as when Kong's push fails.
-				s.record(r.Now, replyErr("HINCRBY", err))
+				s.record(ctx, r.Now, replyErr("HINCRBY", err))
 				break
 			}
 		}

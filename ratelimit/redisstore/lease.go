@@ -18,7 +18,8 @@ import (
 // Acquire takes or renews one concurrency lease. Leases are decided in
 // Redis whatever the sync rate (except LocalOnly): a bound on concurrent
 // holders is only worth having if it is shared. When Redis does not answer
-// the lease is decided locally.
+// within Options.Timeout the lease is decided locally; when ctx ends first,
+// Acquire returns an error wrapping ctx.Err(), as Take does.
 func (s *Store) Acquire(ctx context.Context, r ratelimit.LeaseRequest) (ratelimit.Lease, error) {
 	if s.closed.Load() {
 		return ratelimit.Lease{}, ratelimit.ErrClosed
@@ -44,14 +45,14 @@ func (s *Store) Acquire(ctx context.Context, r ratelimit.LeaseRequest) (ratelimi
 		s.br.success()
 		return l, nil
 	}
-	if s.unavailable(r.Now, err) {
+	if s.unavailable(ctx, r.Now, err) {
 		if s.opts.Strict {
 			return ratelimit.Lease{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		s.localDecisions.Add(1)
 		return s.local.acquire(&r), nil
 	}
-	return ratelimit.Lease{}, err
+	return ratelimit.Lease{}, callerErr(ctx, err)
 }
 
 func (s *Store) acquireRedis(ctx context.Context, r *ratelimit.LeaseRequest) (ratelimit.Lease, error) {
@@ -100,14 +101,16 @@ func (s *Store) Release(ctx context.Context, key, id string) error {
 	if s.opts.SyncRate < 0 || !s.br.allow(time.Now()) {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	rc, err := s.c.conn(ctx)
+	rc, err := s.c.conn(cctx)
 	if err != nil {
-		s.unavailable(time.Now(), err)
-		return nil
+		if s.unavailable(ctx, time.Now(), err) {
+			return nil
+		}
+		return callerErr(ctx, err)
 	}
-	res, trips := do(ctx, rc, func() rueidis.Completed { return rc.B().Zrem().Key(s.leaseKey(key)).Member(id).Build() })
+	res, trips := do(cctx, rc, func() rueidis.Completed { return rc.B().Zrem().Key(s.leaseKey(key)).Member(id).Build() })
 	s.redisCalls.Add(uint64(trips))
 	err = res.Error()
 	if err == nil {
@@ -115,10 +118,10 @@ func (s *Store) Release(ctx context.Context, key, id string) error {
 		return nil
 	}
 	err = replyErr("ZREM", err)
-	if s.unavailable(time.Now(), err) {
+	if s.unavailable(ctx, time.Now(), err) {
 		return nil
 	}
-	return err
+	return callerErr(ctx, err)
 }
 
 // Leases returns the live leases of key, read where Acquire decides them;
@@ -133,17 +136,16 @@ func (s *Store) Leases(ctx context.Context, key string, now time.Time) ([]rateli
 	if s.opts.SyncRate < 0 || !s.br.allow(now) {
 		return s.local.leaseStates(key, now), nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	rc, err := s.c.conn(ctx)
+	rc, err := s.c.conn(cctx)
 	if err != nil {
-		s.record(now, err)
-		if isUnavailable(err) && !s.opts.Strict {
+		if s.unavailable(ctx, now, err) && !s.opts.Strict {
 			return s.local.leaseStates(key, now), nil
 		}
-		return nil, err
+		return nil, callerErr(ctx, err)
 	}
-	res := rc.DoMulti(ctx,
+	res := rc.DoMulti(cctx,
 		rc.B().Time().Build(),
 		rc.B().Zrange().Key(s.leaseKey(key)).Min("0").Max("-1").Withscores().Build())
 	s.redisCalls.Add(1)
@@ -157,13 +159,12 @@ func (s *Store) Leases(ctx context.Context, key string, now time.Time) ([]rateli
 	}
 	if err != nil {
 		err = replyErr("ZRANGE", err)
-		s.record(now, err)
-		if isUnavailable(err) && !s.opts.Strict {
+		if s.unavailable(ctx, now, err) && !s.opts.Strict {
 			return s.local.leaseStates(key, now), nil
 		}
-		return nil, err
+		return nil, callerErr(ctx, err)
 	}
-	s.record(now, nil)
+	s.record(ctx, now, nil)
 	nowUs := now.UnixMicro()
 	if !s.opts.CallerClock {
 		sec, err1 := strconv.ParseInt(tm[0], 10, 64)
@@ -195,19 +196,19 @@ func (s *Store) ResetLeases(ctx context.Context, key string) error {
 	if s.opts.SyncRate < 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+	cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	rc, err := s.c.conn(ctx)
+	rc, err := s.c.conn(cctx)
 	if err != nil {
-		s.record(time.Now(), err)
-		return err
+		s.record(ctx, time.Now(), err)
+		return callerErr(ctx, err)
 	}
-	res, trips := do(ctx, rc, func() rueidis.Completed { return rc.B().Del().Key(s.leaseKey(key)).Build() })
+	res, trips := do(cctx, rc, func() rueidis.Completed { return rc.B().Del().Key(s.leaseKey(key)).Build() })
 	s.redisCalls.Add(uint64(trips))
 	if err := res.Error(); err != nil {
 		err = replyErr("DEL", err)
-		s.record(time.Now(), err)
-		return err
+		s.record(ctx, time.Now(), err)
+		return callerErr(ctx, err)
 	}
 	return nil
 }

@@ -86,10 +86,10 @@ func (s *periodicMode) sync(ctx context.Context, now time.Time) error {
 		s.local.sweep(now)
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.cycleTimeout())
+	cctx, cancel := context.WithTimeout(ctx, s.cycleTimeout())
 	defer cancel()
-	if err := s.syncJournal(ctx, now); err != nil {
-		s.unavailable(now, err)
+	if err := s.syncJournal(cctx, now); err != nil {
+		s.unavailable(ctx, now, err)
 		return err
 	}
 	s.br.success()

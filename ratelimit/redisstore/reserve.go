@@ -45,14 +45,14 @@ func (s *Store) Reserve(ctx context.Context, r ratelimit.Request, maxDelay time.
 		s.br.success()
 		return b, nil
 	}
-	if s.unavailable(r.Now, err) {
+	if s.unavailable(ctx, r.Now, err) {
 		if s.opts.Strict {
 			return ratelimit.Booking{}, fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		s.localDecisions.Add(1)
 		return s.local.reserve(&r, maxDelay), nil
 	}
-	return ratelimit.Booking{}, err
+	return ratelimit.Booking{}, callerErr(ctx, err)
 }
 
 // Unreserve gives back what b took; see ratelimit.Reserver. When Redis does
@@ -74,10 +74,10 @@ func (s *Store) Unreserve(ctx context.Context, r ratelimit.Request, b ratelimit.
 		s.br.success()
 		return nil
 	}
-	if s.unavailable(r.Now, err) {
+	if s.unavailable(ctx, r.Now, err) {
 		return nil
 	}
-	return err
+	return callerErr(ctx, err)
 }
 
 // checkReserve validates r for Reserve and Unreserve and fills its

@@ -28,7 +28,10 @@
 // The client connects on first use: a store built while Redis is down
 // decides from its first call. When Redis does not answer within
 // Options.Timeout (connecting included), decisions fall back to local
-// counters: callers never see an error for it. A circuit breaker
+// counters: callers never see an error for it. A call cut short by the
+// caller's own context (its deadline, its cancellation) is not Redis
+// failing: the caller gets an error wrapping ctx.Err(), nothing is decided
+// locally and the breaker does not count it. A circuit breaker
 // keeps a dead server from being called again until a cool-down has
 // passed; state changes are logged once and reported to
 // Options.OnStateChange.
@@ -299,8 +302,9 @@ func Open(cfg Config, opts Options) (*Store, error) {
 // Take decides r. Being denied is not an error. It returns an error only
 // for an invalid request (wrapping ratelimit.ErrInvalidLimit), after Close
 // (ratelimit.ErrClosed) or for a reply Redis gave but the store cannot use
-// (ErrBadReply). A Redis that does not answer is not an error: the
-// decision is then made on local counters.
+// (ErrBadReply), or when ctx ends before Redis answers (an error wrapping
+// ctx.Err()). A Redis that does not answer within Options.Timeout is not
+// an error: the decision is then made on local counters.
 //
 // With CallerClock unset and a synchronous sync rate, a request holding a
 // token bucket is decided on Redis' clock, not r.Now.

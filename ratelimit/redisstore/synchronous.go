@@ -66,7 +66,7 @@ func (s *syncMode) take(ctx context.Context, rv ratelimit.Request, windows bool)
 		d, err = s.takeRedis(ctx, r)
 	}
 	if err != nil {
-		return s.failed(r, err)
+		return s.failed(ctx, r, err)
 	}
 	return d, nil
 }
@@ -130,7 +130,7 @@ func (s *syncMode) takeAll(ctx context.Context, ts []multiTake, ds []ratelimit.D
 			d, err = s.finishRedis(&t.r, t.c, t.res, t.answered)
 		}
 		if err != nil {
-			d, err = s.failed(&t.r, err)
+			d, err = s.failed(ctx, &t.r, err)
 		}
 		ds[i], errs[i] = d, err
 	}
@@ -141,7 +141,7 @@ func (s *syncMode) read(ctx context.Context, r *ratelimit.Request) ([]storekit.C
 		return s.local.counters(r), r.Now, nil
 	}
 	cs, now, err := s.readScript(ctx, r)
-	return s.readResult(r, cs, now, err)
+	return s.readResult(ctx, r, cs, now, err)
 }
 
 func (s *syncMode) reset(ctx context.Context, r *ratelimit.Request) error {
