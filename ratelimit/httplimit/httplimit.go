@@ -162,10 +162,10 @@ func Seconds(d time.Duration) int64 {
 
 // Concurrency returns middleware that lets at most limit requests per key be
 // in flight at once, for long-lived and long-poll requests. Each request
-// holds a lease for as long as the handler runs (it ends when the response
-// is written or the client goes away and the handler returns); ttl bounds
-// a lease whose holder died without releasing it. Requests over the bound
-// get 429 with Kong's JSON body.
+// holds a lease for as long as the handler runs: the lease is renewed every
+// ttl/2 while it runs and released when it returns. ttl bounds a lease
+// whose holder died without releasing it. Requests over the bound get 429
+// with Kong's JSON body.
 func Concurrency(store ratelimit.LeaseStore, limit int64, ttl time.Duration, opts Options) func(http.Handler) http.Handler {
 	m := New(nil, opts)
 	return func(next http.Handler) http.Handler {
@@ -192,7 +192,12 @@ func Concurrency(store ratelimit.LeaseStore, limit int64, ttl time.Duration, opt
 				_, _ = w.Write(m.body)
 				return
 			}
+			stop := make(chan struct{})
+			renewed := make(chan struct{})
+			go m.renew(store, r.Context(), ratelimit.LeaseRequest{Key: key, ID: id, Max: limit, TTL: ttl}, stop, renewed)
 			defer func() {
+				close(stop)
+				<-renewed
 				// The request context is done when the client left: release
 				// with a context of our own.
 				ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), releaseTimeout)
@@ -203,6 +208,30 @@ func Concurrency(store ratelimit.LeaseStore, limit int64, ttl time.Duration, opt
 			}()
 			next.ServeHTTP(w, r)
 		})
+	}
+}
+
+// renew renews lease lr every lr.TTL/2 until stop is closed, then closes
+// done. A renewal the store refuses (the lease lapsed and its slot was
+// taken) or fails is logged; the handler runs on.
+func (m *Middleware) renew(store ratelimit.LeaseStore, ctx context.Context, lr ratelimit.LeaseRequest, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(lr.TTL / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		lr.Now = m.now()
+		l, err := store.Acquire(ctx, lr)
+		switch {
+		case err != nil:
+			m.opts.Logger.Error("httplimit: renewing lease", "key", lr.Key, "err", err)
+		case !l.Allowed:
+			m.opts.Logger.Warn("httplimit: lease lapsed before its renewal", "key", lr.Key)
+		}
 	}
 }
 

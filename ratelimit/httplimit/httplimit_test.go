@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/seed-008287da/sluice/ratelimit"
@@ -151,4 +152,37 @@ func TestConcurrencyReleasesWhenTheHandlerReturns(t *testing.T) {
 	if res, _ := get(t, srv.URL+"/fast"); res.StatusCode != 200 {
 		t.Fatalf("after release: status %d, want 200", res.StatusCode)
 	}
+}
+
+func TestConcurrencyRenewsWhileTheHandlerRuns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := memorystore.New(memorystore.Options{})
+		defer store.Close()
+		const ttl = 100 * time.Millisecond
+		block := make(chan struct{})
+		h := Concurrency(store, 1, ttl, Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/slow" {
+				<-block
+			}
+		}))
+		serve := func(path string) int {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+			return w.Code
+		}
+		done := make(chan int)
+		go func() { done <- serve("/slow") }()
+		synctest.Wait() // the slow request holds its lease and blocks
+		time.Sleep(3 * ttl)
+		if code := serve("/fast"); code != 429 {
+			t.Fatalf("second request %s after the first began, its handler still running: status %d, want 429", 3*ttl, code)
+		}
+		close(block)
+		if code := <-done; code != 200 {
+			t.Fatalf("slow request: status %d", code)
+		}
+		if code := serve("/fast"); code != 200 {
+			t.Fatalf("after the slow handler returned: status %d, want 200", code)
+		}
+	})
 }
