@@ -10,6 +10,7 @@ package httplimit
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -166,7 +167,17 @@ func Seconds(d time.Duration) int64 {
 // ttl/2 while it runs and released when it returns. ttl bounds a lease
 // whose holder died without releasing it. Requests over the bound get 429
 // with Kong's JSON body.
-func Concurrency(store ratelimit.LeaseStore, limit int64, ttl time.Duration, opts Options) func(http.Handler) http.Handler {
+//
+// limit must be positive and ttl a positive whole number of milliseconds;
+// otherwise Concurrency returns an error wrapping ratelimit.ErrInvalidLimit
+// that names the argument, as NewLimiter does for an invalid limit.
+func Concurrency(store ratelimit.LeaseStore, limit int64, ttl time.Duration, opts Options) (func(http.Handler) http.Handler, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("%w: httplimit: concurrency limit must be greater than 0, got %d", ratelimit.ErrInvalidLimit, limit)
+	}
+	if ttl <= 0 || ttl%time.Millisecond != 0 {
+		return nil, fmt.Errorf("%w: httplimit: concurrency ttl must be a positive whole number of milliseconds, got %s", ratelimit.ErrInvalidLimit, ttl)
+	}
 	m := New(nil, opts)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -208,7 +219,7 @@ func Concurrency(store ratelimit.LeaseStore, limit int64, ttl time.Duration, opt
 			}()
 			next.ServeHTTP(w, r)
 		})
-	}
+	}, nil
 }
 
 // renew renews lease lr every lr.TTL/2 until stop is closed, then closes

@@ -1,9 +1,11 @@
 package httplimit
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -122,7 +124,7 @@ func TestConcurrencyReleasesWhenTheHandlerReturns(t *testing.T) {
 	defer store.Close()
 	entered := make(chan struct{})
 	block := make(chan struct{})
-	h := Concurrency(store, 1, time.Minute, Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	h := mustConcurrency(t, store, 1, time.Minute)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/slow" {
 			entered <- struct{}{}
 			<-block
@@ -160,7 +162,7 @@ func TestConcurrencyRenewsWhileTheHandlerRuns(t *testing.T) {
 		defer store.Close()
 		const ttl = 100 * time.Millisecond
 		block := make(chan struct{})
-		h := Concurrency(store, 1, ttl, Options{})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := mustConcurrency(t, store, 1, ttl)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/slow" {
 				<-block
 			}
@@ -185,4 +187,33 @@ func TestConcurrencyRenewsWhileTheHandlerRuns(t *testing.T) {
 			t.Fatalf("after the slow handler returned: status %d, want 200", code)
 		}
 	})
+}
+
+func mustConcurrency(t *testing.T, store ratelimit.LeaseStore, limit int64, ttl time.Duration) func(http.Handler) http.Handler {
+	t.Helper()
+	mw, err := Concurrency(store, limit, ttl, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mw
+}
+
+func TestConcurrencyRefusesABadConfiguration(t *testing.T) {
+	store := memorystore.New(memorystore.Options{})
+	defer store.Close()
+	for _, c := range []struct {
+		limit int64
+		ttl   time.Duration
+		want  string
+	}{
+		{0, time.Second, "httplimit: concurrency limit must be greater than 0, got 0"},
+		{-1, time.Second, "httplimit: concurrency limit must be greater than 0, got -1"},
+		{1, 0, "httplimit: concurrency ttl must be a positive whole number of milliseconds, got 0s"},
+		{1, 1500 * time.Microsecond, "httplimit: concurrency ttl must be a positive whole number of milliseconds, got 1.5ms"},
+	} {
+		mw, err := Concurrency(store, c.limit, c.ttl, Options{})
+		if mw != nil || !errors.Is(err, ratelimit.ErrInvalidLimit) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Concurrency(limit %d, ttl %s): err %v, want %q wrapping ErrInvalidLimit", c.limit, c.ttl, err, c.want)
+		}
+	}
 }
