@@ -37,13 +37,19 @@ func PeerIP(r *http.Request) (string, bool) {
 }
 
 // Header keys requests by the first value of the named header; requests
-// without it are keyed by PeerIP, as Kong falls back to the IP.
+// without it are keyed by PeerIP, as Kong falls back to the IP. The two
+// kinds of key never collide: a header value is keyed as
+// ratelimit.Key("header", name, value) and the IP as ratelimit.Key("ip",
+// ip), so a client that sends another client's IP as its header value
+// spends its own budget, not that IP's.
 func Header(name string) KeyFunc {
+	name = http.CanonicalHeaderKey(name)
 	return func(r *http.Request) (string, bool) {
 		if v := r.Header.Get(name); v != "" {
-			return v, true
+			return ratelimit.Key("header", name, v), true
 		}
-		return PeerIP(r)
+		ip, ok := PeerIP(r)
+		return ratelimit.Key("ip", ip), ok
 	}
 }
 

@@ -217,3 +217,13 @@ func TestConcurrencyRefusesABadConfiguration(t *testing.T) {
 		}
 	}
 }
+
+func TestHeaderKeysCannotSpendAnIPsBudget(t *testing.T) {
+	srv, _ := newServer(t, Options{Key: Header("X-Api-Key")}, ratelimit.PerMinute(1).Fixed())
+	if res, _ := get(t, srv.URL, "X-Api-Key", "127.0.0.1"); res.StatusCode != 200 {
+		t.Fatal("the key 127.0.0.1: first request denied")
+	}
+	if res, _ := get(t, srv.URL); res.StatusCode != 200 {
+		t.Fatal("the anonymous client at 127.0.0.1 was denied: a header value spent its IP's budget")
+	}
+}
