@@ -66,6 +66,14 @@ func sameDecision(a, b *ratelimit.Decision) bool {
 func RunInspect(t *testing.T, f Factory) {
 	t.Run("Inspect/Windows", func(t *testing.T) { testInspectWindows(t, openInspector(t, f)) })
 	t.Run("Inspect/TokenBucket", func(t *testing.T) { testInspectBucket(t, openInspector(t, f)) })
+	t.Run("Inspect/ResetAfterReserve", func(t *testing.T) {
+		in := openInspector(t, f)
+		rs, ok := in.(ratelimit.Reserver)
+		if !ok {
+			t.Skip("the store is not a ratelimit.Reserver")
+		}
+		testResetAfterReserve(t, in, rs)
+	})
 	t.Run("Inspect/Leases", func(t *testing.T) {
 		ls, ok := open(t, f).(ratelimit.LeaseInspector)
 		if !ok {
@@ -144,6 +152,30 @@ func testInspectWindows(t *testing.T, s ratelimit.Inspector) {
 	if err := s.Reset(ctx, ratelimit.Request{Key: "never", Limits: limits, Now: r.Now}); err != nil {
 		t.Fatalf("Reset of a key without counters: %v", err)
 	}
+}
+
+// testResetAfterReserve: Reset clears the units reserved in later windows
+// too, so the next call starts from zero.
+func testResetAfterReserve(t *testing.T, in ratelimit.Inspector, rs ratelimit.Reserver) {
+	ctx := context.Background()
+	r := ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{ratelimit.PerSecond(2).Fixed()}, Now: At(0)}
+	// Four units: two in this window, two reserved in the next.
+	for i, want := range []time.Duration{0, 0, sec, sec} {
+		b, err := rs.Reserve(ctx, r, ratelimit.InfDuration)
+		if i == 0 && errors.Is(err, ratelimit.ErrReserveUnsupported) {
+			t.Skipf("the store cannot reserve: %v", err)
+		}
+		if err != nil || !b.OK || !b.At.Equal(At(want)) {
+			t.Fatalf("Reserve %d: %+v, %v; want a unit at t0+%s", i, b, err, want)
+		}
+	}
+	if err := in.Reset(ctx, r); err != nil {
+		t.Fatalf("Reset: %v", err)
+	}
+	r.Now = At(sec + 100*ms)
+	take(t, in, r, true)
+	take(t, in, r, true)
+	take(t, in, r, false)
 }
 
 // testInspectBucket: a token bucket reports its theoretical arrival time.

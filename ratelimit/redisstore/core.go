@@ -158,6 +158,20 @@ func (s *Store) keysOf(r *ratelimit.Request) (keys []string, starts []int64) {
 	return keys, starts
 }
 
+// resetKeys returns the keys Reset deletes: those of keysOf, and each
+// window's next one, which holds what Reserve took ahead.
+func (s *Store) resetKeys(r *ratelimit.Request) []string {
+	keys, starts := s.keysOf(r)
+	for i, l := range r.Limits {
+		if l.Algorithm != ratelimit.TokenBucket {
+			w := int64(l.Window / time.Millisecond)
+			next, _ := s.windowKeys(r.Key, storekit.CounterID(l), starts[i]+w, w, false)
+			keys = append(keys, next)
+		}
+	}
+	return keys
+}
+
 // delKeys returns a DEL of each of keys. One DEL per key: on Cluster a
 // multi-key DEL must stay in one slot, which a key's counters do, but one
 // per key is as cheap in a pipeline and needs no such care.

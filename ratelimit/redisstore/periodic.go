@@ -63,8 +63,7 @@ func (s *periodicMode) read(_ context.Context, r *ratelimit.Request) ([]storekit
 // the journal says they changed.
 func (s *periodicMode) reset(ctx context.Context, r *ratelimit.Request) error {
 	err := s.del(ctx, r.Now, func(rc rueidis.Client) (rueidis.Commands, error) {
-		keys, _ := s.keysOf(r)
-		return delKeys(rc, keys), nil
+		return delKeys(rc, s.resetKeys(r)), nil
 	})
 	if err != nil {
 		return err

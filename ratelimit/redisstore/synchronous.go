@@ -146,8 +146,7 @@ func (s *syncMode) read(ctx context.Context, r *ratelimit.Request) ([]storekit.C
 
 func (s *syncMode) reset(ctx context.Context, r *ratelimit.Request) error {
 	return s.del(ctx, r.Now, func(rc rueidis.Client) (rueidis.Commands, error) {
-		keys, _ := s.keysOf(r)
-		return delKeys(rc, keys), nil
+		return delKeys(rc, s.resetKeys(r)), nil
 	})
 }
 
