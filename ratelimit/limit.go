@@ -132,7 +132,9 @@ func (l Limit) String() string {
 const maxWindow = 100 * 365 * 24 * time.Hour
 
 // Validate reports why l cannot be used, or nil. The error wraps
-// ErrInvalidLimit and names the offending field.
+// ErrInvalidLimit and names the offending field. A token bucket refills in
+// whole microseconds, so its Count may be at most one per microsecond of
+// Window (10^6 per second).
 func (l Limit) Validate() error {
 	if l.valid() {
 		return nil
@@ -144,7 +146,8 @@ func (l Limit) Validate() error {
 // check a call's limits every time.
 func (l *Limit) valid() bool {
 	return l.Algorithm <= TokenBucket && l.Count > 0 && l.Window > 0 &&
-		l.Window%time.Millisecond == 0 && l.Window <= maxWindow && l.Burst >= 0
+		l.Window%time.Millisecond == 0 && l.Window <= maxWindow && l.Burst >= 0 &&
+		(l.Algorithm != TokenBucket || l.Count <= int64(l.Window/time.Microsecond))
 }
 
 // invalid returns the error for a limit that is not valid.
@@ -162,6 +165,9 @@ func (l Limit) invalid() error {
 		return fmt.Errorf("%w: window must be at most %s, got %s", ErrInvalidLimit, maxWindow, l.Window)
 	case l.Burst < 0:
 		return fmt.Errorf("%w: burst must not be negative, got %d", ErrInvalidLimit, l.Burst)
+	case l.Algorithm == TokenBucket && l.Count > int64(l.Window/time.Microsecond):
+		return fmt.Errorf("%w: count of a token bucket must be at most %d per %s (one per microsecond), got %d",
+			ErrInvalidLimit, int64(l.Window/time.Microsecond), l.Window, l.Count)
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ func TestInvalidLimitsNameTheProblem(t *testing.T) {
 		{Limit{Count: 1, Window: 101 * 365 * 24 * time.Hour}, "window must be at most"},
 		{Limit{Algorithm: TokenBucket, Count: 1, Window: time.Second, Burst: -1}, "burst must not be negative, got -1"},
 		{Limit{Algorithm: 7, Count: 1, Window: time.Second}, "unknown algorithm 7"},
+		{PerSecond(10_000_000).TokenBucket(1), "count of a token bucket must be at most 1000000 per 1s (one per microsecond), got 10000000"},
 	} {
 		err := c.l.Validate()
 		if !errors.Is(err, ErrInvalidLimit) || !strings.Contains(err.Error(), c.want) {
@@ -54,11 +55,13 @@ func FuzzLimitValidate(f *testing.F) {
 	f.Add(uint8(0), int64(10), int64(time.Minute), int64(0))
 	f.Add(uint8(2), int64(10), int64(time.Second), int64(20))
 	f.Add(uint8(9), int64(-1), int64(1), int64(-1))
+	f.Add(uint8(2), int64(1_000_001), int64(time.Second), int64(1))
 	f.Fuzz(func(t *testing.T, alg uint8, count, window, burst int64) {
 		l := Limit{Algorithm: Algorithm(alg), Count: count, Window: time.Duration(window), Burst: burst}
 		err := l.Validate()
 		valid := alg <= uint8(TokenBucket) && count > 0 && window > 0 &&
-			window%int64(time.Millisecond) == 0 && time.Duration(window) <= maxWindow && burst >= 0
+			window%int64(time.Millisecond) == 0 && time.Duration(window) <= maxWindow && burst >= 0 &&
+			(Algorithm(alg) != TokenBucket || count <= window/int64(time.Microsecond))
 		if (err == nil) != valid {
 			t.Fatalf("%+v: Validate() = %v, want valid = %v", l, err, valid)
 		}

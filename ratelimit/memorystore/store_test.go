@@ -53,7 +53,7 @@ func TestTakeOnExistingKeyDoesNotAllocate(t *testing.T) {
 	defer s.Close()
 	for _, ls := range [][]ratelimit.Limit{
 		{ratelimit.PerSecond(1 << 40)},
-		{ratelimit.PerSecond(1 << 40).Fixed(), ratelimit.PerMinute(1 << 40), ratelimit.PerHour(1 << 40).TokenBucket(0)},
+		{ratelimit.PerSecond(1 << 40).Fixed(), ratelimit.PerMinute(1 << 40), ratelimit.PerHour(1 << 31).TokenBucket(0)},
 	} {
 		r := ratelimit.Request{Key: "user:42", Limits: ls}
 		if _, err := s.Take(ctx, r); err != nil {

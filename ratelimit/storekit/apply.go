@@ -8,7 +8,8 @@ package storekit
 // as Kong does (ngx.now()). A window of length W starts at
 // floor(now/W)*W: windows are aligned to the epoch, not to the first hit, so
 // a 60 s window always starts at second :00 of a minute. Token buckets work
-// in whole microseconds, so rates up to a million per second stay exact.
+// in whole microseconds, so rates up to a million per second stay exact
+// (Limit.Validate refuses faster ones).
 //
 // Fixed window. The count of the current window, including this call's
 // cost, is compared with Count: a call is denied iff count > Count. With a
