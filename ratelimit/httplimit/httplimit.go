@@ -136,6 +136,11 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // remaining pair per limit (a later limit of the same window overwrites an
 // earlier one, as in Kong), the RateLimit-* trio for the limit Reported
 // chooses and, when d denies, Retry-After.
+//
+// Retry-After is Kong's: the RateLimit-Reset of the reported limit (when
+// its current window ends), or d.RetryAfter rounded up if that is later.
+// With a sliding window the wait it announces can be longer than needed,
+// by up to a window; d.RetryAfter is the shortest wait that can succeed.
 func WriteHeaders(h http.Header, d *ratelimit.Decision) {
 	for i := 0; i < d.Len(); i++ {
 		s := d.State(i)
