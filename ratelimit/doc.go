@@ -16,8 +16,15 @@
 //
 // Reserve takes units now for the moment they will be admitted and says how
 // long to wait, as golang.org/x/time/rate's Reserve does; Wait reserves and
-// sleeps, so waiters are served in the order they came. The rules for each
-// algorithm are at the top of reserve.go.
+// sleeps. Waiters whose units fit in the current or the next window are
+// served in the order they came; a window limit reserves no further ahead,
+// so a waiter beyond that retries when told to and may be overtaken by a
+// later one. The rules for each algorithm are at the top of reserve.go.
+//
+// Time. A store counts in the newest window it has seen for a key: if the
+// clock steps back by Δ, a key touched after the step stays in its newer
+// window, and so is held to its count there, for Δ, whatever the window's
+// length.
 //
 // The package uses the standard library only. Middleware for net/http
 // lives in httplimit; what only store writers need lives in storekit.

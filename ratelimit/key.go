@@ -4,7 +4,7 @@ import "strconv"
 
 // Key joins parts into one key such that distinct lists of parts never give
 // the same key: each part is written as its length in decimal, a colon and
-// its bytes ("3:acme4:/api"). A bare join would let ("a:b", "c") collide with
+// its bytes (Key("acme", "/api") is "4:acme4:/api"). A bare join would let ("a:b", "c") collide with
 // ("a", "b:c").
 func Key(parts ...string) string {
 	n := 0

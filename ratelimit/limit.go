@@ -15,8 +15,11 @@ type Algorithm uint8
 const (
 	// SlidingWindow counts hits in epoch-aligned windows and weighs the
 	// previous window by the share of it that still overlaps the sliding
-	// interval ending now (Kong's formula). It never lets a client burst to
-	// twice the limit across a window edge.
+	// interval ending now (Kong's formula). Unlike a fixed window it does
+	// not admit a full Count on each side of a window edge; it is an
+	// estimate, not an exact count: after hits late in the previous window,
+	// one interval of length Window may still see up to 2*Count-1 (199
+	// with PerSecond(100)).
 	SlidingWindow Algorithm = iota
 	// FixedWindow counts hits in epoch-aligned windows: a 60 s window always
 	// starts at second :00. Requests 1..Count pass, request Count+1 is denied.

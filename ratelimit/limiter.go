@@ -89,7 +89,9 @@ func (l *Limiter) allowStore(key string) bool {
 	return err != nil || d.Allowed
 }
 
-// AllowN decides a call of cost n for key at time now.
+// AllowN decides a call of cost n for key at time now. A cost of 0 counts
+// as 1 (Request.Cost), unlike golang.org/x/time/rate, where AllowN(t, 0) is
+// free and always allowed; use Request.Peek to ask without counting.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64, now time.Time) (Decision, error) {
 	return l.store.Take(ctx, Request{Key: key, Limits: *l.limits.Load(), Cost: n, Now: now, Penalty: l.penalty})
 }
@@ -97,15 +99,17 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64, now time.Time
 // Wait is shorthand for WaitN(ctx, key, 1).
 func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(ctx, key, 1) }
 
-// WaitN blocks until a call of cost n for key is allowed, and takes it. It
+// WaitN blocks until a call of cost n for key is allowed, and takes it; n 0
+// counts as 1, as in AllowN. It
 // returns an error, without waiting, when n exceeds a limit's capacity
 // (wrapping ErrCostExceedsLimit) or when the wait the store announces would
 // reach or pass ctx's deadline (wrapping context.DeadlineExceeded); it
 // returns ctx.Err() if ctx ends while waiting. It never sleeps past the deadline.
 //
 // Over a Reserver, WaitN reserves and sleeps until the reserved moment, so
-// waiters are served in the order they came; it cancels the reservation
-// if ctx ends first. Over another store each attempt is a real call to
+// waiters whose units fit in the current or the next window are served in
+// the order they came (a waiter beyond that retries and may be overtaken);
+// it cancels the reservation if ctx ends first. Over another store each attempt is a real call to
 // the store, so with Penalty set a waiting caller's attempts are counted
 // like any other denied call.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {

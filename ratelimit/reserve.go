@@ -3,7 +3,8 @@ package ratelimit
 // NOTE on reservations. A reservation takes a call's units now for the
 // moment they will be admitted, as golang.org/x/time/rate's Reserve does:
 // the caller learns how long to wait, and every later call sees the units
-// already taken, so waiters are served in the order they reserved.
+// already taken, so waiters are served in the order they reserved, as far
+// ahead as a reservation reaches (see below).
 //
 // The moment is the earliest one, not before the request's time, at which
 // every limit admits the cost given the counts known now; the units are

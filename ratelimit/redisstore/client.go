@@ -275,8 +275,9 @@ func (c *Client) fault(err error) error {
 }
 
 // Close closes every connection, and ends a first connection under way.
-// Stores using c must be closed first. Later calls of its stores go to
-// local counters (or fail, with Options.Strict).
+// Stores using c must be closed first. Later calls of its stores that need
+// Redis return an error wrapping ratelimit.ErrClosed; with LocalOnly, or
+// while the breaker keeps Redis away, they are still decided locally.
 func (c *Client) Close() {
 	c.mu.Lock()
 	if c.closed {

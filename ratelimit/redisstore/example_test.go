@@ -13,6 +13,11 @@ import (
 // Two gateway nodes share counters through one Redis: one Client per
 // deployment, one Store per namespace. The second node sees the first
 // node's hits.
+//
+// The example needs a Redis on 127.0.0.1:6379, whose counters outlive one
+// run, so it has no Output comment: go test compiles it but does not run
+// it. The conformance tests (TestConformanceStandalone) make the same calls
+// against a redis-server each test starts.
 func Example() {
 	c, err := redisstore.NewClient(redisstore.Config{Host: "127.0.0.1", Port: 6379, ConnectTimeout: time.Second})
 	if err != nil {
