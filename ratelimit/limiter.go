@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -67,14 +68,16 @@ func (l *Limiter) Limits() []Limit { return append([]Limit(nil), *l.limits.Load(
 // Allow reports whether a call of cost 1 for key may happen now, and takes
 // it if so: AllowN(context.Background(), key, 1, time.Now()).Allowed, on the
 // store's allow-only path (Allower, or Request.AllowOnly). A store failure
-// counts as allowed: use AllowN to see it. Allow reads the wall clock once
+// counts as allowed, so that a broken store does not stop the caller,
+// except ErrClosed: a closed store admits nothing. Use AllowN to see the
+// error. Allow reads the wall clock once
 // a second and the cheaper monotonic clock in between.
 func (l *Limiter) Allow(key string) bool {
 	if l.checked == nil {
 		return l.allowStore(key)
 	}
 	ok, err := l.checked.AllowChecked(key, access.MakeChecked(*l.limits.Load()), l.clock.unixNano(), l.penalty)
-	return err != nil || ok
+	return allowedDespite(ok, err)
 }
 
 // allowStore is Allow over a store without AllowChecked; apart, so that
@@ -83,10 +86,19 @@ func (l *Limiter) allowStore(key string) bool {
 	r := Request{Key: key, Limits: *l.limits.Load(), Cost: 1, Now: l.clock.now(), Penalty: l.penalty, AllowOnly: true}
 	if l.allower != nil {
 		ok, err := l.allower.Allow(context.Background(), r)
-		return err != nil || ok
+		return allowedDespite(ok, err)
 	}
 	d, err := l.store.Take(context.Background(), r)
-	return err != nil || d.Allowed
+	return allowedDespite(d.Allowed, err)
+}
+
+// allowedDespite is Allow's answer for a store's answer ok and error err:
+// a failure allows the call, a closed store does not.
+func allowedDespite(ok bool, err error) bool {
+	if err != nil {
+		return !errors.Is(err, ErrClosed)
+	}
+	return ok
 }
 
 // AllowN decides a call of cost n for key at time now. A cost of 0 counts

@@ -195,3 +195,26 @@ func TestSetLimitsKeepsCounters(t *testing.T) {
 		}
 	})
 }
+
+// takeOnly hides every method of a store but Take and Close.
+type takeOnly struct{ ratelimit.Store }
+
+func TestAllowAdmitsNothingAfterClose(t *testing.T) {
+	for _, wrap := range []func(ratelimit.Store) ratelimit.Store{
+		func(s ratelimit.Store) ratelimit.Store { return s },
+		func(s ratelimit.Store) ratelimit.Store { return takeOnly{s} },
+	} {
+		store := memorystore.New(memorystore.Options{})
+		l, err := ratelimit.NewLimiter(wrap(store), ratelimit.LimiterOptions{}, ratelimit.PerHour(100))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !l.Allow("k") {
+			t.Fatal("first call denied")
+		}
+		store.Close()
+		if l.Allow("k") {
+			t.Errorf("Allow over %T after Close: true, want false", wrap(store))
+		}
+	}
+}

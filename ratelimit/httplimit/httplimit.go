@@ -10,6 +10,7 @@ package httplimit
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -72,7 +73,9 @@ type Options struct {
 
 // Middleware limits requests with a Limiter. A store failure lets the
 // request through without rate-limit headers and is logged: a broken
-// counter store must not take the service down.
+// counter store must not take the service down. A closed store
+// (ratelimit.ErrClosed) is not a failure but a shut-down limiter: its
+// requests get 503, so that limiting does not silently stop.
 //
 // Middleware is safe for concurrent use.
 type Middleware struct {
@@ -113,8 +116,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		}
 		d, err := m.limiter.AllowN(r.Context(), key, 1, m.now())
 		if err != nil {
-			m.opts.Logger.Error("httplimit: deciding request", "key", key, "err", err)
-			next.ServeHTTP(w, r)
+			m.failed(w, r, next, "httplimit: deciding request", key, err)
 			return
 		}
 		if !m.opts.HideClientHeaders {
@@ -130,6 +132,17 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// failed handles a request whose decision failed with err: it is logged
+// and let through, unless the store is closed (503).
+func (m *Middleware) failed(w http.ResponseWriter, r *http.Request, next http.Handler, msg, key string, err error) {
+	m.opts.Logger.Error(msg, "key", key, "err", err)
+	if errors.Is(err, ratelimit.ErrClosed) {
+		http.Error(w, http.StatusText(http.StatusServiceUnavailable), http.StatusServiceUnavailable)
+		return
+	}
+	next.ServeHTTP(w, r)
 }
 
 // WriteHeaders sets Kong's rate-limit headers for d on h: a limit and
@@ -200,8 +213,7 @@ func Concurrency(store ratelimit.LeaseStore, limit int64, ttl time.Duration, opt
 			id := ratelimit.NewLeaseID()
 			lease, err := store.Acquire(r.Context(), ratelimit.LeaseRequest{Key: key, ID: id, Max: limit, TTL: ttl, Now: m.now()})
 			if err != nil {
-				m.opts.Logger.Error("httplimit: acquiring lease", "key", key, "err", err)
-				next.ServeHTTP(w, r)
+				m.failed(w, r, next, "httplimit: acquiring lease", key, err)
 				return
 			}
 			if !lease.Allowed {

@@ -3,6 +3,7 @@ package httplimit
 import (
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -225,5 +226,34 @@ func TestHeaderKeysCannotSpendAnIPsBudget(t *testing.T) {
 	}
 	if res, _ := get(t, srv.URL); res.StatusCode != 200 {
 		t.Fatal("the anonymous client at 127.0.0.1 was denied: a header value spent its IP's budget")
+	}
+}
+
+func TestClosedStoreIsNotFailOpen(t *testing.T) {
+	store := memorystore.New(memorystore.Options{})
+	l, err := ratelimit.NewLimiter(store, ratelimit.LimiterOptions{}, ratelimit.PerHour(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	quiet := Options{Logger: slog.New(slog.DiscardHandler)}
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+	conc, err := Concurrency(store, 1, time.Minute, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, h := range map[string]http.Handler{"Middleware": New(l, quiet).Handler(ok), "Concurrency": conc(ok)} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		if w.Code != 200 {
+			t.Fatalf("%s before Close: status %d", name, w.Code)
+		}
+	}
+	store.Close()
+	for name, h := range map[string]http.Handler{"Middleware": New(l, quiet).Handler(ok), "Concurrency": conc(ok)} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+		if w.Code != 503 {
+			t.Errorf("%s after the store was closed: status %d, want 503", name, w.Code)
+		}
 	}
 }
