@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/seed-008287da/sluice/internal/repeats"
 	"github.com/seed-008287da/sluice/internal/testservers"
 )
 
@@ -178,4 +179,74 @@ func TestRedisWrongPasswordMetric(t *testing.T) {
 	if !strings.Contains(logs.String(), "setting=config.redis.password") || strings.Contains(logs.String(), "right") {
 		t.Errorf("log does not name the setting, or shows the password:\n%s", logs.String())
 	}
+}
+
+// A store error met on every call (a counter key of the wrong type) fails
+// each call and counts each in sluice_decision_store_errors_total, but
+// logs one line per interval, then one carrying the number left out.
+func TestRedisBadReplyLoggedOnce(t *testing.T) {
+	r := testservers.Redis(t, testservers.RedisOptions{})
+	var logs syncLog
+	clk := newClock(t0)
+	opts := clk.opts()
+	opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	s, err := Open(mustParse(t, redisConfig(r, 100)), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c, _ := serveGRPC(t, s)
+	k := request("d", desc("k", "wrongtype"))
+	runSteps(t, c, []step{{"1", k, OK, codes_(OK), []uint32{99}, nil}})
+	keys, _ := r.Do(t, "KEYS", "*").([]any)
+	if len(keys) == 0 {
+		t.Fatal("the first call wrote no key")
+	}
+	for _, key := range keys {
+		r.Do(t, "DEL", key.(string))
+		r.Do(t, "LPUSH", key.(string), "x")
+	}
+	for i := range 10 {
+		if _, err := c.ShouldRateLimit(t.Context(), k); err == nil {
+			t.Fatalf("call %d with a key of the wrong type: no error", i)
+		}
+	}
+	if v := testutil.ToFloat64(s.m.storeErrors); v != 10 {
+		t.Errorf("sluice_decision_store_errors_total = %v, want 10", v)
+	}
+	failed := func() []string {
+		var out []string
+		for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+			if strings.Contains(l, "store failed") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	if f := failed(); len(f) != 1 || !strings.Contains(f[0], "WRONGTYPE") || !strings.Contains(f[0], "unlogged=0") {
+		t.Fatalf("lines for 10 failures %q, want one naming WRONGTYPE; log:\n%s", f, logs.String())
+	}
+	clk.add(repeats.DefaultEvery)
+	_, _ = c.ShouldRateLimit(t.Context(), k)
+	if f := failed(); len(f) != 2 || !strings.Contains(f[1], "unlogged=9") {
+		t.Fatalf("lines after the interval %q, want a second one with unlogged=9", f)
+	}
+}
+
+// syncLog is a log destination safe for the service's goroutines.
+type syncLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }

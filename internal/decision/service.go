@@ -24,6 +24,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/seed-008287da/sluice/internal/repeats"
 	"github.com/seed-008287da/sluice/policy/field"
 	"github.com/seed-008287da/sluice/ratelimit"
 	"github.com/seed-008287da/sluice/ratelimit/memorystore"
@@ -150,6 +151,7 @@ type Service struct {
 	gen      atomic.Pointer[generation]
 	now      func() time.Time
 	log      *slog.Logger
+	repeats  *repeats.Logger // store failures: one line per interval and domain
 	onReload func(uint64, error)
 	m        *metrics
 
@@ -249,6 +251,7 @@ func newServiceBase(opts Options) (*Service, error) {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.repeats = &repeats.Logger{Log: s.log, Now: s.now}
 	return s, nil
 }
 
@@ -770,7 +773,7 @@ func (s *Service) storeFailed(domain string, err error) error {
 		return fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	s.m.storeErrors.Inc()
-	s.log.Error("decision: store failed", "domain", domain, "err", err)
+	s.repeats.Error("store "+domain, "decision: store failed", "domain", domain, "err", err)
 	return fmt.Errorf("decision: taking from the store: %w", err)
 }
 

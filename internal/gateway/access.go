@@ -29,7 +29,8 @@ func (g *Gateway) access(x *Exchange, in *instance) error {
 	err := in.plugin.Access(x)
 	for _, se := range x.storeErrs[nerr:] {
 		g.metrics.storeErrors.WithLabelValues(in.entity.Name).Inc()
-		g.log.Warn("counter store failed", "plugin", in.entity.Name, "request_id", x.RequestID(), "error", se.Error())
+		g.repeats.Warn("store "+in.entity.ID, "counter store failed", "plugin", in.entity.Name, "plugin_id", in.entity.ID,
+			"request_id", x.RequestID(), "error", se.Error())
 	}
 	in.latency.Observe((time.Since(g.base) - t0).Seconds())
 	outcome := "allowed"

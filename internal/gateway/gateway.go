@@ -37,6 +37,7 @@ import (
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
 	"github.com/seed-008287da/sluice/internal/gateway/proxyproto"
 	"github.com/seed-008287da/sluice/internal/gateway/router"
+	"github.com/seed-008287da/sluice/internal/repeats"
 	"github.com/seed-008287da/sluice/policy"
 	"github.com/seed-008287da/sluice/policy/field"
 )
@@ -196,6 +197,9 @@ type Gateway struct {
 	metrics   *Metrics
 	log       *slog.Logger
 	now       func() time.Time
+	// repeats logs errors met on every request (a failing counter store)
+	// at most once per interval and kind.
+	repeats *repeats.Logger
 	// base is when the gateway was made: time.Since(base) is a monotonic
 	// reading that costs one clock read, where time.Now costs two (wall
 	// and monotonic clocks), for timing the plugins.
@@ -283,6 +287,7 @@ func New(opts Options) (*Gateway, error) {
 	if g.now == nil {
 		g.now = time.Now
 	}
+	g.repeats = &repeats.Logger{Log: g.log, Now: g.now}
 	if g.metrics == nil {
 		m, err := NewMetrics(nil)
 		if err != nil {
@@ -466,7 +471,7 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 		if !ok {
 			continue // reported by kongconf
 		}
-		pl, err := f.New(p.Config, &BuildEnv{Entity: p, Config: cfg, Shared: g.opts.Shared, Logger: g.log, Metrics: g.metrics, MaxBodySize: g.server.MaxRequestBodySize, GroupOverrides: overrides})
+		pl, err := f.New(p.Config, &BuildEnv{Entity: p, Config: cfg, Shared: g.opts.Shared, Logger: g.log, Repeats: g.repeats, Metrics: g.metrics, MaxBodySize: g.server.MaxRequestBodySize, GroupOverrides: overrides})
 		if err != nil {
 			errs = append(errs, fieldErrors(p.Where, err)...)
 			continue

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+	"github.com/seed-008287da/sluice/internal/repeats"
 	"github.com/seed-008287da/sluice/policy"
 	"github.com/seed-008287da/sluice/policy/field"
 )
@@ -55,6 +56,9 @@ type BuildEnv struct {
 	Shared *Shared
 	// Logger is the gateway's logger.
 	Logger *slog.Logger
+	// Repeats is the gateway's logger for warnings a plugin may meet on
+	// every request: at most one line per interval and kind.
+	Repeats *repeats.Logger
 	// Metrics are the gateway's metrics.
 	Metrics *Metrics
 	// MaxBodySize is the gateway's request body limit in bytes.

@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 
 	"github.com/seed-008287da/sluice/internal/gateway/kongconf"
+	"github.com/seed-008287da/sluice/internal/repeats"
 	"github.com/seed-008287da/sluice/policy"
 	"github.com/seed-008287da/sluice/policy/field"
 )
@@ -28,7 +28,8 @@ type rateLimiting struct {
 	name  string
 	c     checker
 	scope policy.Group
-	log   *slog.Logger
+	warn  *repeats.Logger
+	id    string // the plugin entity's id: the kind of its repeated warnings
 }
 
 func newRateLimitingAdvanced(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
@@ -75,7 +76,7 @@ func newRateLimitingBasic(raw json.RawMessage, env *BuildEnv) (Plugin, error) {
 }
 
 func newRateLimitingPlugin(name string, c checker, env *BuildEnv) *rateLimiting {
-	rl := &rateLimiting{name: name, c: c, log: env.Logger}
+	rl := &rateLimiting{name: name, c: c, warn: env.Repeats, id: env.Entity.ID}
 	if g := env.Entity.ConsumerGroup; g != nil {
 		rl.scope = policy.Group{ID: g.ID, Name: g.Name}
 	}
@@ -153,7 +154,7 @@ func (rl *rateLimiting) Access(x *Exchange) error {
 	if errors.Is(err, policy.ErrInvalidQuota) {
 		// Decided on the plugin's own limits; the override is at fault,
 		// not the store.
-		rl.log.Warn("ignoring quota override", "plugin", rl.name, "key", x.Identifier, "error", err.Error())
+		rl.warn.Warn("quota "+rl.id, "ignoring quota override", "plugin", rl.name, "key", x.Identifier, "error", err.Error())
 		err = nil
 	}
 	if err != nil {

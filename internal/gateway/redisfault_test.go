@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/seed-008287da/sluice/internal/repeats"
 	"github.com/seed-008287da/sluice/internal/testservers"
 )
 
@@ -51,5 +54,66 @@ services:
 	}
 	if strings.Contains(logs.String(), "wrong\"") || strings.Contains(logs.String(), "right") {
 		t.Errorf("a password reached the log:\n%s", logs.String())
+	}
+}
+
+// TestRedisBadReplyLoggedOnce: a store error met on every request (a
+// counter key of the wrong type) fails each request open and counts each
+// in sluice_store_errors_total, but logs one line per interval, then one
+// carrying the number left out.
+func TestRedisBadReplyLoggedOnce(t *testing.T) {
+	rs := testservers.Redis(t, testservers.RedisOptions{})
+	up := echoUpstream(t)
+	var logs syncBuffer
+	now := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	var clock atomic.Pointer[time.Time]
+	clock.Store(&now)
+	g, base := startGateway(t, withUpstream(fmt.Sprintf(`
+_format_version: "3.0"
+services:
+  - name: s
+    url: UPSTREAM
+    routes: [{name: r, paths: [/]}]
+    plugins:
+      - name: rate-limiting-advanced
+        config: {limit: [1000], window_size: [60], identifier: ip, namespace: wt, strategy: redis, sync_rate: 0,
+                 redis: {host: 127.0.0.1, port: %d, timeout: 500}}
+`, rs.Port()), up), Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil)), Now: func() time.Time { return *clock.Load() }})
+	if r := do(t, "GET", base+"/", nil); r.status != 200 {
+		t.Fatalf("first request: %d %s", r.status, r.body)
+	}
+	keys, _ := rs.Do(t, "KEYS", "*").([]any)
+	if len(keys) == 0 {
+		t.Fatal("the first request wrote no key")
+	}
+	for _, k := range keys {
+		rs.Do(t, "DEL", k.(string))
+		rs.Do(t, "LPUSH", k.(string), "x")
+	}
+	for i := range 10 {
+		if r := do(t, "GET", base+"/", nil); r.status != 200 {
+			t.Fatalf("request %d with a key of the wrong type: %d %s", i, r.status, r.body)
+		}
+	}
+	if v := testutil.ToFloat64(g.metrics.storeErrors.WithLabelValues("rate-limiting-advanced")); v != 10 {
+		t.Errorf("sluice_store_errors_total = %v, want 10", v)
+	}
+	failed := func() []string {
+		var out []string
+		for _, l := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+			if strings.Contains(l, "counter store failed") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	if f := failed(); len(f) != 1 || !strings.Contains(f[0], "WRONGTYPE") || !strings.Contains(f[0], `"unlogged":0`) {
+		t.Fatalf("lines for 10 failures %q, want one naming WRONGTYPE; log:\n%s", f, logs.String())
+	}
+	later := now.Add(repeats.DefaultEvery)
+	clock.Store(&later)
+	do(t, "GET", base+"/", nil)
+	if f := failed(); len(f) != 2 || !strings.Contains(f[1], `"unlogged":9`) {
+		t.Fatalf("lines after the interval %q, want a second one with unlogged 9", f)
 	}
 }

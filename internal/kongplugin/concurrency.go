@@ -74,6 +74,7 @@ type concCompiled struct {
 	// ttl is the lease TTL: how long the store stays open after the
 	// config is evicted from the cache, for leases still to be released.
 	ttl time.Duration
+	ns  string // the lease namespace: the kind of repeated errors
 }
 
 // leaseTTL is the lease TTL of pc, as policy.ConcurrencyConfig defaults it.
@@ -111,7 +112,7 @@ func (p *Process) compileConcurrency(c *ConcurrencyConfig) (*cacheEntry[*concCom
 		if err != nil {
 			return nil, concErr(err)
 		}
-		return &concCompiled{pol: pol, sharedKey: sharedKey, ttl: leaseTTL(pc)}, nil
+		return &concCompiled{pol: pol, sharedKey: sharedKey, ttl: leaseTTL(pc), ns: pc.Namespace}, nil
 	})
 }
 
@@ -217,7 +218,7 @@ func (c *ConcurrencyConfig) Access(kong *pdk.PDK) {
 	res, err := cc.pol.Acquire(ctx, &req)
 	if err != nil {
 		// Fail open, as Kong's limiters do when their store is down.
-		_ = kong.Log.Err("sluice-concurrency: acquiring lease: ", err.Error())
+		c.p.logRepeated(kong, "err", "lease "+cc.ns, "sluice-concurrency: acquiring lease: "+err.Error())
 		return
 	}
 	h := make(map[string][]string, len(res.Headers))

@@ -21,12 +21,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/Kong/go-pdk"
 
+	"github.com/seed-008287da/sluice/internal/repeats"
 	"github.com/seed-008287da/sluice/policy"
 	"github.com/seed-008287da/sluice/policy/dimensions"
 	"github.com/seed-008287da/sluice/policy/field"
@@ -80,6 +82,9 @@ type Process struct {
 	closeMu   sync.Mutex
 	closeErrs []error
 	storeLog  storeLog
+	// repeats thins out the errors met on every request (a failing
+	// store, an invalid quota override): one line per interval and kind.
+	repeats repeats.Gate
 }
 
 // NewProcess returns the state of one plugin server.
@@ -206,4 +211,22 @@ func appendErr(errs []field.Error, prefix string, err error) []field.Error {
 		return append(errs, fe)
 	}
 	return append(errs, field.Error{Path: "config", Message: err.Error()})
+}
+
+// logRepeated writes an error that may recur on every request through
+// kong.log at level "err" or "warn", at most once per interval for each
+// kind, with the number left out since the previous line.
+func (p *Process) logRepeated(kong *pdk.PDK, level, kind, msg string) {
+	ok, left := p.repeats.Pass(kind, p.now())
+	if !ok {
+		return
+	}
+	if left > 0 {
+		msg += " (" + strconv.FormatInt(left, 10) + " more like it since the previous line)"
+	}
+	if level == "warn" {
+		_ = kong.Log.Warn(msg)
+		return
+	}
+	_ = kong.Log.Err(msg)
 }

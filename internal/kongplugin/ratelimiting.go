@@ -222,9 +222,9 @@ func (c *RateLimitingConfig) Access(kong *pdk.PDK) {
 	switch {
 	case errors.Is(err, policy.ErrInvalidQuota):
 		// Decided on the plugin's own limits.
-		_ = kong.Log.Warn("sluice-rate-limiting: ignoring quota override: ", err.Error())
+		c.p.logRepeated(kong, "warn", "quota "+rc.cfg.Namespace, "sluice-rate-limiting: ignoring quota override: "+err.Error())
 	case err != nil:
-		_ = kong.Log.Err("sluice-rate-limiting: ", err.Error())
+		c.p.logRepeated(kong, "err", "store "+rc.cfg.Namespace, "sluice-rate-limiting: "+err.Error())
 	}
 	h := make(map[string][]string, len(res.Headers))
 	for _, hd := range res.Headers {

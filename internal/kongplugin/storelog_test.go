@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/seed-008287da/sluice/internal/kongplugin/kongtest"
+	"github.com/seed-008287da/sluice/internal/repeats"
 	"github.com/seed-008287da/sluice/internal/testservers"
 )
 
@@ -67,5 +68,35 @@ func TestKongLogsOutageOnce(t *testing.T) {
 	if len(logs) != 2 || !strings.HasPrefix(logs[0], "warn: ") || !strings.Contains(logs[0], "redis unavailable") ||
 		!strings.HasPrefix(logs[1], "notice: ") || !strings.Contains(logs[1], "available again") {
 		t.Fatalf("kong.log lines %q, want one warning down, one notice up", logs)
+	}
+}
+
+// A store error met on every request (a counter key of the wrong type)
+// lets each request through and is written to Kong's error log once per
+// interval, then once with the number left out.
+func TestKongLogsBadReplyOnce(t *testing.T) {
+	srv := testservers.Redis(t, testservers.RedisOptions{})
+	p, clk := newTestProcess(t, Options{})
+	rl := instance[*RateLimitingConfig](t, p.NewRateLimiting, fmt.Sprintf(`{"limit": [100], "window_size": [60], "namespace": "wt",
+		"strategy": "redis", "sync_rate": 0, "redis": {"host": "127.0.0.1", "port": %d, "timeout": 500}}`, srv.Port()))
+	if logs := runRLA(t, rl, 1); len(logs) != 0 {
+		t.Fatalf("logs with Redis up: %q", logs)
+	}
+	keys, _ := srv.Do(t, "KEYS", "*").([]any)
+	if len(keys) == 0 {
+		t.Fatal("the first request wrote no key")
+	}
+	for _, k := range keys {
+		srv.Do(t, "DEL", k.(string))
+		srv.Do(t, "LPUSH", k.(string), "x")
+	}
+	logs := runRLA(t, rl, 10)
+	if len(logs) != 1 || !strings.HasPrefix(logs[0], "err: ") || !strings.Contains(logs[0], "WRONGTYPE") {
+		t.Fatalf("kong.log lines for 10 failures %q, want one error naming WRONGTYPE", logs)
+	}
+	clk.Advance(repeats.DefaultEvery)
+	logs = runRLA(t, rl, 1)
+	if len(logs) != 1 || !strings.Contains(logs[0], "(9 more like it since the previous line)") {
+		t.Fatalf("kong.log lines after the interval %q, want one counting the 9 left out", logs)
 	}
 }
