@@ -492,7 +492,7 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 		for _, c := range closers {
 			_ = c.Close()
 		}
-		cfg.ShowReferences(errs[decoded:])
+		errs = append(errs[:decoded], cfg.LaterErrors(errs[decoded:])...)
 		return nil, errs
 	}
 	sum := sha256.Sum256(data)

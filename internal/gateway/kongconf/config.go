@@ -46,7 +46,8 @@ func (e Errors) FieldErrors() []field.Error { return e }
 // the file; nested routes and plugins are listed with the top-level ones,
 // linked to their parents.
 type Config struct {
-	resolved *resolvedRefs // the references DecodeWith resolved
+	resolved   *resolvedRefs   // the references DecodeWith resolved
+	unresolved map[string]bool // the paths of those it could not resolve
 
 	// FormatVersion is _format_version as written ("1.1", "2.1" or "3.0");
 	// the routes of older versions are read as Kong migrates them.

@@ -50,20 +50,28 @@ func DecodeWith(data []byte, opts DecodeOptions) (*Config, Errors) {
 	resolved := &resolvedRefs{}
 	cfg, errs := decodeWith(data, opts, resolved)
 	resolved.scrub(errs)
-	if cfg != nil {
-		cfg.resolved = resolved
-	}
 	return cfg, errs
 }
 
-// ShowReferences rewrites errs, found in c (by a plugin reading its
-// config, say), so that each value c resolved from a decK substitution or
-// a vault reference appears as the reference's text: a resolved value may
-// be a secret. DecodeWith's own errors are rewritten already.
-func (c *Config) ShowReferences(errs []field.Error) {
-	if c != nil {
-		c.resolved.scrub(errs)
+// LaterErrors returns errs, found in c after DecodeWith (by a plugin
+// reading its config, say), as they are to be shown. An error at a field
+// whose reference could not be resolved is left out: the reference's own
+// error, from DecodeWith, says why the field is empty. In the others each
+// value c resolved from a decK substitution or a vault reference appears as
+// the reference's text, since a resolved value may be a secret.
+// DecodeWith's own errors are shown so already.
+func (c *Config) LaterErrors(errs []field.Error) []field.Error {
+	if c == nil {
+		return errs
 	}
+	out := errs[:0]
+	for _, fe := range errs {
+		if !c.unresolved[fe.Path] {
+			out = append(out, fe)
+		}
+	}
+	c.resolved.scrub(out)
+	return out
 }
 
 func decodeWith(data []byte, opts DecodeOptions, resolved *resolvedRefs) (*Config, Errors) {
@@ -102,13 +110,14 @@ func decodeWith(data []byte, opts DecodeOptions, resolved *resolvedRefs) (*Confi
 	}
 	cfg := p.parse(root)
 	// A field whose reference failed has no value to check further.
-	failed := make(map[string]bool, len(refErrs.list))
+	cfg.resolved = resolved
+	cfg.unresolved = make(map[string]bool, len(refErrs.list))
 	for _, fe := range refErrs.list {
-		failed[fe.Path] = true
+		cfg.unresolved[fe.Path] = true
 	}
 	errs := make(Errors, 0, len(p.errs.list)+len(refErrs.list))
 	for _, fe := range p.errs.list {
-		if !failed[fe.Path] {
+		if !cfg.unresolved[fe.Path] {
 			errs = append(errs, fe)
 		}
 	}
