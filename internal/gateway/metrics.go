@@ -205,6 +205,17 @@ func (m *Metrics) RedisStateChanged(namespace string, degraded bool, err error) 
 	m.redisChanges.WithLabelValues(namespace, state).Inc()
 }
 
+// redisInUse makes namespace's sluice_redis_fallback series exist, at 0
+// until a state change says otherwise, so that dashboards and alerts see a
+// Redis-backed namespace from its first configuration on.
+func (m *Metrics) redisInUse(namespace string) {
+	m.redisMu.Lock()
+	defer m.redisMu.Unlock()
+	if _, seen := m.redisState[namespace]; !seen {
+		m.redisFallback.WithLabelValues(namespace)
+	}
+}
+
 // Register adds further collectors (the policy registry's store state, for
 // instance) to the gateway's registry.
 func (m *Metrics) Register(c prometheus.Collector) error { return m.Registry.Register(c) }

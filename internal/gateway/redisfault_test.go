@@ -117,3 +117,52 @@ services:
 		t.Fatalf("lines after the interval %q, want a second one with unlogged 9", f)
 	}
 }
+
+// TestRedisFallbackSeriesFromStart: sluice_redis_fallback exists, at 0,
+// for every Redis-backed namespace as soon as its configuration is
+// applied, before any request (a dashboard or an absent() alert sees it),
+// and not for local ones.
+func TestRedisFallbackSeriesFromStart(t *testing.T) {
+	rs := testservers.Redis(t, testservers.RedisOptions{})
+	up := echoUpstream(t)
+	g, _ := startGateway(t, withUpstream(fmt.Sprintf(`
+_format_version: "3.0"
+services:
+  - name: s
+    url: UPSTREAM
+    routes: [{name: r, paths: [/]}]
+    plugins:
+      - name: rate-limiting-advanced
+        config: {limit: [10], window_size: [60], namespace: shared, strategy: redis, sync_rate: 0,
+                 redis: {host: 127.0.0.1, port: %d}}
+      - name: rate-limiting
+        config: {minute: 10, policy: redis, redis: {host: 127.0.0.1, port: %d}}
+  - name: l
+    url: UPSTREAM
+    routes: [{name: rl, paths: [/l]}]
+    plugins:
+      - name: rate-limiting-advanced
+        config: {limit: [10], window_size: [60], namespace: alone, strategy: local}
+`, rs.Port(), rs.Port()), up), Options{})
+	mfs, err := g.metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "sluice_redis_fallback" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "namespace" {
+					got[l.GetValue()] = m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	want := map[string]float64{"shared": 0, "|rate-limiting": 0}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("sluice_redis_fallback before any request: %v, want %v", got, want)
+	}
+}
