@@ -273,10 +273,10 @@ func (p *parser) service(v any, path string) {
 	s.Retries = int(o.integer("retries", 5, 0, 32767))
 	s.TLSVerify = o.boolean("tls_verify", true)
 	if o.has("url") {
+		// Kong expands url into these four, replacing what they say,
+		// before it validates them: they are read and ignored.
 		for _, f := range []string{"protocol", "host", "port", "path"} {
-			if o.has(f) {
-				p.errs.add(o.field(f), "cannot be set together with url")
-			}
+			o.get(f)
 		}
 		p.serviceURL(s, o.str("url"), o.field("url"))
 	} else {
@@ -468,6 +468,18 @@ func (p *parser) route(v any, path string, svc *Service) {
 	if len(r.SNIs) > 0 && !https {
 		p.errs.add(o.field("snis"), "'snis' can only be set when 'protocols' is 'grpcs', 'https', 'tls', 'tls_passthrough', or 'wss'")
 	}
+	// Fields of Kong's expressions router (router_flavor = expressions).
+	expression := o.has("expression")
+	if expression {
+		o.get("expression")
+		p.errs.add(o.field("expression"), "expression routes need Kong's router_flavor = expressions, which sluice does not implement: "+
+			"sluice routes as Kong's default router (traditional_compatible), with paths, hosts, methods, headers and snis")
+	}
+	if o.has("priority") {
+		o.get("priority")
+		p.errs.add(o.field("priority"), "applies to expression routes only (router_flavor = expressions), which sluice does not implement; "+
+			"use regex_priority with paths")
+	}
 	// Stream routing fields: Kong rejects them on http and https routes,
 	// the only protocols sluice serves.
 	for _, f := range []string{"sources", "destinations"} {
@@ -476,6 +488,8 @@ func (p *parser) route(v any, path string, svc *Service) {
 		}
 	}
 	switch {
+	case expression:
+		// refused above
 	case o.has("headers") && len(r.Headers) == 0:
 		// headers given but invalid: reported above
 	case https && len(r.Paths) == 0 && len(r.Methods) == 0 && len(r.Hosts) == 0 && len(r.Headers) == 0 && len(r.SNIs) == 0:

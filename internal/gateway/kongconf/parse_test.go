@@ -196,3 +196,32 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestServiceURLWins: with url set, Kong expands it into protocol, host,
+// port and path, replacing whatever those fields say (a url without a
+// path clears path), before validating them: the file loads, as in Kong.
+func TestServiceURLWins(t *testing.T) {
+	cfg, err := parse([]byte(`
+_format_version: "3.0"
+services:
+  - name: a
+    url: https://a.example:8443/v1
+    protocol: http
+    host: other.example
+    port: 99999
+    path: /ignored
+  - name: b
+    url: http://b.example
+    path: /cleared
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := cfg.Services[0], cfg.Services[1]
+	if a.Protocol != "https" || a.Host != "a.example" || a.Port != 8443 || a.Path != "/v1" {
+		t.Errorf("a: %s://%s:%d%s, want the url's parts", a.Protocol, a.Host, a.Port, a.Path)
+	}
+	if b.Host != "b.example" || b.Port != 80 || b.Path != "" {
+		t.Errorf("b: %s:%d path %q, want the url's host, port 80, no path", b.Host, b.Port, b.Path)
+	}
+}
