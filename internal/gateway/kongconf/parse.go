@@ -475,8 +475,8 @@ func (p *parser) route(v any, path string, svc *Service) {
 		p.errs.add(o.field("expression"), "expression routes need Kong's router_flavor = expressions, which sluice does not implement: "+
 			"sluice routes as Kong's default router (traditional_compatible), with paths, hosts, methods, headers and snis")
 	}
-	if o.has("priority") {
-		o.get("priority")
+	// priority 0 is the expressions router's "not set".
+	if o.integer("priority", 0, 0, 1<<46-1) != 0 {
 		p.errs.add(o.field("priority"), "applies to expression routes only (router_flavor = expressions), which sluice does not implement; "+
 			"use regex_priority with paths")
 	}
