@@ -133,7 +133,7 @@ func (a *api) postConfig(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	changed, err := a.g.Apply(data, "admin")
-	if err == nil && !changed && r.URL.Query().Get("check_hash") == "1" {
+	if err == nil && !changed && truthy(r.URL.Query().Get("check_hash")) {
 		// As Kong: the configuration in force was posted again.
 		w.WriteHeader(http.StatusNotModified)
 		return
@@ -145,22 +145,33 @@ func (a *api) postConfig(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		list := make([]fieldError, len(errs))
-		flat := map[string][]string{}
 		for i, fe := range errs {
 			list[i] = fieldError{fe.Path, fe.Message}
-			key := fe.Path
-			if key == "" {
-				key = "@entity"
-			}
-			flat[key] = append(flat[key], fe.Message)
 		}
-		writeJSON(w, http.StatusBadRequest, map[string]any{
+		ans := map[string]any{
 			"code":    14,
 			"name":    "invalid declarative configuration",
 			"message": "declarative config is invalid: " + summary(errs),
 			"errors":  list,
-			"fields":  flat,
-		})
+		}
+		byField := errs
+		if truthy(r.URL.Query().Get("flatten_errors")) {
+			// As Kong: the errors of entities by entity; fields keeps the
+			// others.
+			var flat []flatEntity
+			flat, byField = flatten(data, errs)
+			ans["flattened_errors"] = flat
+		}
+		fields := map[string][]string{}
+		for _, fe := range byField {
+			key := fe.Path
+			if key == "" {
+				key = "@entity"
+			}
+			fields[key] = append(fields[key], fe.Message)
+		}
+		ans["fields"] = fields
+		writeJSON(w, http.StatusBadRequest, ans)
 		return
 	}
 	st := a.g.Status()
@@ -169,6 +180,15 @@ func (a *api) postConfig(w http.ResponseWriter, r *http.Request) {
 		"generation":         st.Generation,
 		"configuration_hash": st.ConfigHash,
 	})
+}
+
+// truthy is Kong's reading of a boolean query argument.
+func truthy(v string) bool {
+	switch strings.ToLower(v) {
+	case "1", "true", "on", "yes":
+		return true
+	}
+	return false
 }
 
 func summary(errs kongconf.Errors) string {
