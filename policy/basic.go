@@ -118,8 +118,16 @@ func NewBasic(cfg *BasicConfig, scope Scope, reg *Registry) (*Basic, error) {
 	if syncRate < 0 {
 		syncRate = 0
 	}
+	// As in Kong, a Redis call waits up to the record's timeout, and
+	// without fault_tolerant a Redis that does not answer fails the
+	// request (Basic.failed) rather than being counted locally.
+	var timeout time.Duration
+	if rc.SendTimeout != nil && rc.ReadTimeout != nil {
+		timeout = time.Duration(max(*rc.SendTimeout, *rc.ReadTimeout)) * time.Millisecond
+	}
 	b.storeKey, b.store, err = reg.storeFor(c.Policy, RedisStoreConfig{
 		Namespace: basicNamespace, Redis: rc, SyncRate: syncRate, Windows: windows,
+		Strict: !c.FaultTolerant, Timeout: timeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("policy: building %s store for rate-limiting: %w", c.Policy, err)
@@ -187,7 +195,10 @@ func (b *Basic) CheckAppend(ctx context.Context, r *Request, dst []Header) (Resu
 	}
 	id := b.keys.key(r)
 	key := ratelimit.Key(b.scope[0], b.scope[1], id)
-	counts := b.policy == StrategyRedis // Kong's redis policy counts rejections
+	// Kong's redis policy with sync_rate -1 counts rejections (its read is
+	// an INCR); with a positive sync_rate it reads its local copy and, as
+	// the local policy, counts only admitted requests.
+	counts := b.policy == StrategyRedis && b.syncRate < 0
 
 	// usage[i] is period i's count before this request, as Kong reads it.
 	var usage [6]int64

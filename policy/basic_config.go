@@ -163,6 +163,10 @@ func ParseBasic(raw []byte) (*BasicConfig, error) {
 	f.reqInt("redis_database", &cfg.Redis.Database, -1<<31, 1<<31-1)
 	if e, _ := f.sub("sluice"); e != nil {
 		parseExtensions(e, &cfg.Sluice)
+		if cfg.Sluice.RedisLayout == "kong" {
+			e.d.fail(e.at("redis_layout"), "\"kong\" applies to rate-limiting-advanced only: rate-limiting's Redis counters "+
+				"use sluice's layout, not shared with Kong nodes (docs/kong-compatibility.md)")
+		}
 	}
 	f.done()
 	validateBasic(d, &cfg)

@@ -111,7 +111,8 @@ func TestBasicFaultTolerantAndHidden(t *testing.T) {
 
 // On a rejection the other periods show limit - count, their plain count
 // (no previous window weighed in); the local policy counts the rejected
-// request nowhere, the redis policy everywhere (Kong increments first).
+// request nowhere, the redis policy everywhere with sync_rate -1 (Kong
+// increments first) and nowhere with a positive one.
 func TestBasicRejectionCounts(t *testing.T) {
 	memRedis := RegistryOptions{NewRedisStore: func(RedisStoreConfig) (ratelimitStore, error) {
 		return memorystore.New(memorystore.Options{}), nil
@@ -123,6 +124,9 @@ func TestBasicRejectionCounts(t *testing.T) {
 	}{
 		{`"local"`, RegistryOptions{}, "7"},
 		{`"redis","redis":{"host":"127.0.0.1"}`, memRedis, "6"},
+		// A positive sync_rate reads Kong's local copy: a rejection is not
+		// counted, as with the local policy.
+		{`"redis","sync_rate":0.5,"redis":{"host":"127.0.0.1"}`, memRedis, "7"},
 	} {
 		b := newBasic(t, newRegistry(t, c.opts), `{"second":1,"minute":10,"policy":`+c.policy+`}`, Scope{})
 		runCalls(t, b, []call{

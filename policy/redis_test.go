@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,6 +22,13 @@ var testRedisOpts = RegistryOptions{RedisCallerClock: true, RedisTimeout: testRe
 
 func redisConfigJSON(srv *testservers.RedisServer) string {
 	return `"redis":{"host":"127.0.0.1","port":` + strconv.Itoa(srv.Port()) + `}`
+}
+
+// basicRedisJSON is redisConfigJSON for rate-limiting, whose calls wait as
+// long as its record's timeout says: testRedisTimeout.
+func basicRedisJSON(srv *testservers.RedisServer) string {
+	return `"redis":{"host":"127.0.0.1","port":` + strconv.Itoa(srv.Port()) + `,"timeout":` +
+		strconv.FormatInt(testRedisTimeout.Milliseconds(), 10) + `}`
 }
 
 // Two nodes (registries) on one real Redis share a namespace's counters in
@@ -81,7 +89,7 @@ func TestRedisDownFallsBackToLocal(t *testing.T) {
 // share counts, and rejected requests are counted (Kong increments first).
 func TestBasicRedisPolicy(t *testing.T) {
 	srv := testservers.Redis(t, testservers.RedisOptions{})
-	cfg := `{"minute":2,"policy":"redis","limit_by":"ip",` + redisConfigJSON(srv) + `}`
+	cfg := `{"minute":2,"policy":"redis","limit_by":"ip",` + basicRedisJSON(srv) + `}`
 	a := newBasic(t, newRegistry(t, testRedisOpts), cfg, Scope{})
 	b := newBasic(t, newRegistry(t, testRedisOpts), cfg, Scope{})
 	runCalls(t, a, []call{{t: time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-Minute": "1"}}})
@@ -97,7 +105,7 @@ func TestBasicRedisPolicy(t *testing.T) {
 // clock keeps them.
 func TestBasicRedisKeyTTL(t *testing.T) {
 	srv := testservers.Redis(t, testservers.RedisOptions{})
-	cfg := `{"minute":2,"policy":"redis","limit_by":"ip",` + redisConfigJSON(srv) + `}`
+	cfg := `{"minute":2,"policy":"redis","limit_by":"ip",` + basicRedisJSON(srv) + `}`
 	b := newBasic(t, newRegistry(t, RegistryOptions{RedisTimeout: testRedisTimeout}), cfg, Scope{})
 	runCalls(t, b, []call{{t: time.Second, allowed: true}})
 	keys, _ := srv.Do(t, "KEYS", "*").([]any)
@@ -425,4 +433,70 @@ func stringOf(v any) string {
 		return strconv.FormatInt(v, 10)
 	}
 	return ""
+}
+
+// rate-limiting's fault_tolerant with Redis down, as in Kong: false fails
+// the request (500, Kong's message); true lets it through. sluice then
+// still limits it with this node's counters, where Kong limits nothing
+// (docs/kong-compatibility.md).
+func TestBasicRedisDownFaultTolerance(t *testing.T) {
+	srv := testservers.Redis(t, testservers.RedisOptions{})
+	reg := newRegistry(t, testRedisOpts)
+	strict := newBasic(t, reg, `{"minute":2,"policy":"redis","fault_tolerant":false,`+basicRedisJSON(srv)+`}`, Scope{})
+	tolerant := newBasic(t, reg, `{"minute":2,"policy":"redis","fault_tolerant":true,`+basicRedisJSON(srv)+`}`, Scope{RouteID: "r2"})
+	runCalls(t, strict, []call{{t: time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-Minute": "1"}}})
+	srv.Stop()
+	for i := range 3 {
+		res, err := strict.Check(context.Background(), &Request{ClientIP: "10.0.0.9", Now: at(2 * time.Second)})
+		if err == nil || res.Allowed || res.Status != 500 || string(res.Body) != `{"message":"An unexpected error occurred"}` {
+			t.Fatalf("fault_tolerant false, call %d with redis down: %+v, %v; want a 500 and the error", i, res, err)
+		}
+		if !errors.Is(err, redisstore.ErrUnavailable) {
+			t.Errorf("fault_tolerant false, call %d: %v, want it to wrap redisstore.ErrUnavailable", i, err)
+		}
+	}
+	for i, wantAllowed := range []bool{true, true, false} {
+		res, err := tolerant.Check(context.Background(), &Request{ClientIP: "10.0.0.9", Now: at(2 * time.Second)})
+		if err != nil || res.Allowed != wantAllowed {
+			t.Fatalf("fault_tolerant true, call %d with redis down: %+v, %v; want allowed %v by local counters", i, res, err, wantAllowed)
+		}
+	}
+}
+
+// rate-limiting's Redis calls wait as long as its record's timeout, as
+// Kong's socket timeout: a Redis paused for a second still decides when the
+// timeout is longer, and fails the request (fault_tolerant false) when it
+// is shorter, where the registry's default bound (200 ms) would have cut
+// both short.
+func TestBasicRedisTimeout(t *testing.T) {
+	srv := testservers.Redis(t, testservers.RedisOptions{})
+	reg := newRegistry(t, RegistryOptions{RedisCallerClock: true})
+	short := newBasic(t, reg, `{"minute":5,"policy":"redis","fault_tolerant":false,"redis":{"host":"127.0.0.1","port":`+
+		strconv.Itoa(srv.Port())+`,"timeout":100}}`, Scope{RouteID: "short"})
+	long := newBasic(t, reg, `{"minute":5,"policy":"redis","fault_tolerant":false,`+basicRedisJSON(srv)+`}`, Scope{RouteID: "long"})
+	runCalls(t, short, []call{{t: time.Second, allowed: true}})
+	runCalls(t, long, []call{{t: time.Second, allowed: true}})
+
+	srv.Do(t, "CLIENT", "PAUSE", "2000", "ALL")
+	res, err := short.Check(context.Background(), &Request{ClientIP: "10.0.0.9", Now: at(2 * time.Second)})
+	if err == nil || res.Status != 500 {
+		t.Fatalf("timeout 100 ms, Redis paused: %+v, %v; want a 500", res, err)
+	}
+	srv.Do(t, "PING") // answered when the pause ends
+
+	srv.Do(t, "CLIENT", "PAUSE", "1000", "ALL")
+	res, err = long.Check(context.Background(), &Request{ClientIP: "10.0.0.9", Now: at(2 * time.Second)})
+	if err != nil || !res.Allowed {
+		t.Fatalf("timeout %v, Redis paused 1 s: %+v, %v; want a decision by Redis", testRedisTimeout, res, err)
+	}
+	keys, _ := srv.Do(t, "KEYS", "*").([]any)
+	counted := false
+	for _, k := range keys {
+		if v, _ := srv.Do(t, "GET", k.(string)).(string); strings.Contains(k.(string), "long") && strings.HasSuffix(k.(string), "10.0.0.9}:120000:1699999200000") && v == "1" {
+			counted = true
+		}
+	}
+	if !counted {
+		t.Errorf("the paused call was not counted in Redis; keys %v", keys)
+	}
 }

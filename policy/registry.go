@@ -123,6 +123,13 @@ type RedisStoreConfig struct {
 	// KongLayout asks for Kong's Redis layout, shared with Kong nodes
 	// (Extensions.RedisLayout "kong").
 	KongLayout bool
+	// Strict asks for a store that fails a call Redis does not answer
+	// (an error wrapping redisstore.ErrUnavailable) instead of deciding it
+	// with local counters: rate-limiting's fault_tolerant false.
+	Strict bool
+	// Timeout bounds each call of the default Redis store; zero means
+	// RegistryOptions.RedisTimeout.
+	Timeout time.Duration
 }
 
 type storeKey struct {
@@ -251,7 +258,8 @@ func (r *Registry) storeFor(strategy string, cfg RedisStoreConfig) (storeKey, St
 		return k, s, err
 	case StrategyRedis:
 		k := storeKey{namespace: namespace, backend: "redis " + redisFingerprint(&cfg.Redis) +
-			" sync " + strconv.FormatFloat(cfg.SyncRate, 'g', -1, 64) + " kong " + strconv.FormatBool(cfg.KongLayout)}
+			" sync " + strconv.FormatFloat(cfg.SyncRate, 'g', -1, 64) + " kong " + strconv.FormatBool(cfg.KongLayout) +
+			" strict " + strconv.FormatBool(cfg.Strict) + " timeout " + cfg.Timeout.String()}
 		s, err := r.acquire(k, func() (*storeEntry, error) {
 			if r.opts.NewRedisStore != nil {
 				s, err := r.opts.NewRedisStore(cfg)

@@ -138,12 +138,17 @@ func (r *Registry) newDefaultRedisStore(cfg RedisStoreConfig) (*storeEntry, erro
 		syncRate = time.Duration(cfg.SyncRate * float64(time.Second))
 	}
 	health := &redisHealth{r: r, ns: cfg.Namespace, since: time.Now()}
+	timeout := cfg.Timeout
+	if timeout <= 0 {
+		timeout = r.opts.RedisTimeout
+	}
 	st, err := redisstore.New(rc.c, redisstore.Options{
 		Namespace:   cfg.Namespace,
 		SyncRate:    syncRate,
 		CallerClock: r.opts.RedisCallerClock || cfg.CallerClock,
 		KongLayout:  cfg.KongLayout,
-		Timeout:     r.opts.RedisTimeout,
+		Timeout:     timeout,
+		Strict:      cfg.Strict,
 		Logger:      r.opts.Logger,
 		OnStateChange: func(_, to redisstore.State, err error) {
 			// Fallback and probing are both "counting locally".

@@ -166,3 +166,42 @@ services:
 		t.Fatalf("sluice_redis_fallback before any request: %v, want %v", got, want)
 	}
 }
+
+// TestOSSFaultTolerantFalseRedisDown: the OSS plugin with fault_tolerant
+// false answers 500 while Redis is down, as Kong does, instead of counting
+// on this node; with true, requests go on.
+func TestOSSFaultTolerantFalseRedisDown(t *testing.T) {
+	rs := testservers.Redis(t, testservers.RedisOptions{})
+	up := echoUpstream(t)
+	_, base := startGateway(t, withUpstream(fmt.Sprintf(`
+_format_version: "3.0"
+services:
+  - name: s
+    url: UPSTREAM
+    routes:
+      - name: closed
+        paths: [/closed]
+        plugins:
+          - name: rate-limiting
+            config: {minute: 100, policy: redis, fault_tolerant: false, redis: {host: 127.0.0.1, port: %d}}
+      - name: open
+        paths: [/open]
+        plugins:
+          - name: rate-limiting
+            config: {minute: 100, policy: redis, fault_tolerant: true, redis: {host: 127.0.0.1, port: %d}}
+`, rs.Port(), rs.Port()), up), Options{})
+	for _, p := range []string{"/closed", "/open"} {
+		if r := do(t, "GET", base+p, nil); r.status != 200 {
+			t.Fatalf("%s with Redis up: %d %s", p, r.status, r.body)
+		}
+	}
+	rs.Stop()
+	for range 3 {
+		if r := do(t, "GET", base+"/closed", nil); r.status != 500 || !strings.Contains(string(r.body), "An unexpected error occurred") {
+			t.Fatalf("fault_tolerant false with Redis down: %d %s, want 500", r.status, r.body)
+		}
+		if r := do(t, "GET", base+"/open", nil); r.status != 200 {
+			t.Fatalf("fault_tolerant true with Redis down: %d %s, want 200", r.status, r.body)
+		}
+	}
+}
