@@ -154,8 +154,10 @@ func TestPeriodicSync(t *testing.T) {
 	for range 3 {
 		take(t, b, r)
 	}
-	if st := a.Stats(); st.RedisCalls != 0 {
-		t.Fatalf("%d Redis calls before any cycle, want 0", st.RedisCalls)
+	// Each node read k once, at its first sight of it; every other
+	// decision was local.
+	if st := a.Stats(); st.RedisCalls != 1 {
+		t.Fatalf("%d Redis calls before any cycle, want 1 (the first sight of k)", st.RedisCalls)
 	}
 	for _, s := range []*Store{a, b, a} {
 		if err := s.Sync(ctx, now); err != nil {
@@ -171,13 +173,13 @@ func TestPeriodicSync(t *testing.T) {
 			t.Fatalf("node %s: remaining %d after sync, want 2 (7 counted by both nodes, plus this call)", name, d.State(0).Remaining)
 		}
 	}
-	// Node a's first cycle: push (one round trip of plain commands),
-	// journal (two: the server did not know journal.lua yet), and, a
-	// first cycle having no place in the journal, a read of every counter
-	// it holds (one). Its second: journal (one) and a read of the counter
-	// node b pushed (one).
-	if st := a.Stats(); st.RedisCalls != 6 || st.SyncCycles != 2 {
-		t.Fatalf("node a stats %+v: want 6 round trips in 2 cycles", st)
+	// Node a's read at first sight (one round trip); its first cycle:
+	// push (one round trip of plain commands), journal (two: the server
+	// did not know journal.lua yet), and, a first cycle having no place in
+	// the journal, a read of every counter it holds (one). Its second:
+	// journal (one) and a read of the counter node b pushed (one).
+	if st := a.Stats(); st.RedisCalls != 7 || st.SyncCycles != 2 {
+		t.Fatalf("node a stats %+v: want 7 round trips in 2 cycles", st)
 	}
 }
 
@@ -502,5 +504,42 @@ func TestCallerDeadlineIsNotAnOutage(t *testing.T) {
 	}
 	if l, err := s.Acquire(context.Background(), ratelimit.LeaseRequest{Key: "k", ID: "c", Max: 1, TTL: time.Minute, Now: ratelimittest.At(0)}); err != nil || l.Allowed {
 		t.Fatalf("a second lease after callers' deadlines passed: %+v, %v", l, err)
+	}
+}
+
+// TestPeriodicFirstSightReadsRedis: in periodic mode a node that meets a
+// key for the first time reads its counters from Redis before deciding, in
+// both layouts, so a key other nodes have counted and pushed does not get
+// its whole limit again here (the overshoot stays what other nodes admit
+// within one cycle). Later decisions of the key are local.
+func TestPeriodicFirstSightReadsRedis(t *testing.T) {
+	_, c := standalone(t)
+	for _, layout := range []string{"sluice", "kong"} {
+		t.Run(layout, func(t *testing.T) {
+			opts := periodic("first-sight-" + layout)
+			opts.KongLayout = layout == "kong"
+			a, b := newStore(t, c, opts), newStore(t, c, opts)
+			now := ratelimittest.At(5 * time.Second)
+			for _, lim := range []ratelimit.Limit{ratelimit.PerMinute(6).Fixed(), ratelimit.PerMinute(6)} {
+				key := "k-" + lim.Algorithm.String()
+				r := ratelimit.Request{Key: key, Limits: []ratelimit.Limit{lim}, Now: now}
+				for i := range 6 {
+					if d := take(t, a, r); !d.Allowed {
+						t.Fatalf("%v: node a call %d denied", lim, i)
+					}
+				}
+				if err := a.Sync(context.Background(), now); err != nil {
+					t.Fatal(err)
+				}
+				before := b.Stats().RedisCalls
+				if d := take(t, b, r); d.Allowed {
+					t.Fatalf("%v: node b's first call allowed; node a had used the limit and pushed it", lim)
+				}
+				take(t, b, r)
+				if n := b.Stats().RedisCalls - before; n != 1 {
+					t.Errorf("%v: node b made %d Redis calls for two decisions, want 1 (the first sight)", lim, n)
+				}
+			}
+		})
 	}
 }

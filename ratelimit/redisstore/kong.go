@@ -53,6 +53,25 @@ func (s *kongMode) take(ctx context.Context, rv ratelimit.Request, _ bool) (rate
 		return ratelimit.Decision{}, err
 	}
 	if s.opts.SyncRate > 0 {
+		// As periodicMode.take: a counter this node lacks is read first.
+		d, missing := s.local.takeHeld(r)
+		if missing == nil {
+			return d, nil
+		}
+		if s.br.allow(r.Now) {
+			lims := make([]ratelimit.Limit, len(missing))
+			for i := range missing {
+				lims[i] = missing[i].lim
+			}
+			cs, err := s.readKong(ctx, &ratelimit.Request{Key: r.Key, Limits: lims, Now: r.Now})
+			if err == nil {
+				nowUs := r.Now.UnixMicro()
+				for i := range missing {
+					s.local.merge(&missing[i], cs[i], nowUs, 0)
+				}
+			}
+			s.record(ctx, r.Now, err)
+		}
 		return s.local.take(r, true), nil
 	}
 	if !s.br.allow(r.Now) {

@@ -81,11 +81,44 @@ func (l *local) shardIndex(key string) int {
 // it is sliding if any of them is (a push then reads its previous window).
 func (l *local) take(r *ratelimit.Request, track bool) ratelimit.Decision {
 	sh := l.shard(r.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.take(r, track)
+}
+
+// takeHeld is take(r, true) when this node holds every counter of r, and
+// otherwise returns the counters it lacks, as sync items with no hits,
+// deciding nothing.
+func (l *local) takeHeld(r *ratelimit.Request) (ratelimit.Decision, []syncItem) {
+	sh := l.shard(r.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	var missing []syncItem
+	for _, lim := range r.Limits {
+		id := storekit.CounterID(lim)
+		if sh.m[lkey{r.Key, id}] != nil {
+			continue
+		}
+		// Limits of one window share a counter, sliding if one of them is.
+		if j := slices.IndexFunc(missing, func(it syncItem) bool { return it.id == id }); j >= 0 {
+			if lim.Algorithm == ratelimit.SlidingWindow {
+				missing[j].lim = lim
+			}
+			continue
+		}
+		missing = append(missing, syncItem{key: r.Key, id: id, lim: lim})
+	}
+	if missing != nil {
+		return ratelimit.Decision{}, missing
+	}
+	return sh.take(r, true), nil
+}
+
+// take is local.take with sh, r's shard, locked.
+func (sh *lshard) take(r *ratelimit.Request, track bool) ratelimit.Decision {
 	var buf [4]storekit.Counter
 	var ebuf [4]*entry
 	cs, ents := buf[:0], ebuf[:0]
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	for _, lim := range r.Limits {
 		k := lkey{r.Key, storekit.CounterID(lim)}
 		e := sh.m[k]

@@ -49,7 +49,28 @@ func newPeriodicMode(st *Store) *periodicMode {
 	return s
 }
 
-func (s *periodicMode) take(_ context.Context, r ratelimit.Request, _ bool) (ratelimit.Decision, error) {
+// take decides r on this node's counters. A counter the node does not
+// hold yet is read from Redis first, in one round trip bounded by
+// Options.Timeout, as a Kong node reads its namespace's counters before it
+// decides: otherwise a key other nodes have counted would start from zero
+// here and get its whole limit again on every node. If Redis does not
+// answer, the counter starts from this node's hits, as in a fallback.
+func (s *periodicMode) take(ctx context.Context, r ratelimit.Request, _ bool) (ratelimit.Decision, error) {
+	d, missing := s.local.takeHeld(&r)
+	if missing == nil {
+		return d, nil
+	}
+	if s.br.allow(r.Now) {
+		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		var firstErr error
+		s.push(cctx, missing, s.nowArg(r.Now), r.Now.UnixMicro(), nil, func(err error) {
+			if firstErr == nil {
+				firstErr = err
+			}
+		})
+		cancel()
+		s.record(ctx, r.Now, firstErr)
+	}
 	return s.local.take(&r, true), nil
 }
 
