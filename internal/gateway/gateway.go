@@ -439,6 +439,7 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 	decoded := len(errs)
 	var insts []*instance
 	var closers []io.Closer
+	var namespaces policy.NamespaceSet
 	var overrides map[string]*policy.OverrideConfig
 	if g.opts.GroupPolicyOverrides || cfg.Info.ConsumerGroupPolicyOverrides {
 		overrides = map[string]*policy.OverrideConfig{}
@@ -478,7 +479,7 @@ func (g *Gateway) build(data []byte, source string) (*generation, error) {
 		if !ok {
 			continue // reported by kongconf
 		}
-		pl, err := f.New(p.Config, &BuildEnv{Entity: p, Config: cfg, Shared: g.opts.Shared, Logger: g.log, Repeats: g.repeats, Metrics: g.metrics, MaxBodySize: g.server.MaxRequestBodySize, GroupOverrides: overrides})
+		pl, err := f.New(p.Config, &BuildEnv{Entity: p, Config: cfg, Shared: g.opts.Shared, Logger: g.log, Repeats: g.repeats, Namespaces: &namespaces, Metrics: g.metrics, MaxBodySize: g.server.MaxRequestBodySize, GroupOverrides: overrides})
 		if err != nil {
 			errs = append(errs, fieldErrors(p.Where, err)...)
 			continue

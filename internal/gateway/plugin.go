@@ -63,6 +63,9 @@ type BuildEnv struct {
 	Metrics *Metrics
 	// MaxBodySize is the gateway's request body limit in bytes.
 	MaxBodySize int
+	// Namespaces gives the rate-limiting-advanced instances of the
+	// configuration being built one counter store per namespace, as Kong.
+	Namespaces *policy.NamespaceSet
 	// GroupOverrides are the legacy consumer-group overrides of
 	// rate-limiting-advanced by group name and id; nil unless
 	// Options.GroupPolicyOverrides.

@@ -41,6 +41,11 @@ func newRateLimitingAdvanced(raw json.RawMessage, env *BuildEnv) (Plugin, error)
 	if err != nil {
 		return nil, err
 	}
+	if env.Namespaces != nil {
+		if err := env.Namespaces.Settle(cfg, env.Entity.Where); err != nil && env.Logger != nil {
+			env.Logger.Error(err.Error())
+		}
+	}
 	if cfg.EnforceConsumerGroups && env.GroupOverrides != nil {
 		cfg.Overrides = map[string]*policy.OverrideConfig{}
 		for _, g := range cfg.ConsumerGroups {

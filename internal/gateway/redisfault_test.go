@@ -205,3 +205,43 @@ services:
 		}
 	}
 }
+
+// TestNamespaceSharedAcrossSettings: two rate-limiting-advanced instances
+// of one namespace configured with different store settings share one
+// counter store, the first's, as in Kong, and the difference is logged as
+// an error naming both.
+func TestNamespaceSharedAcrossSettings(t *testing.T) {
+	rs := testservers.Redis(t, testservers.RedisOptions{})
+	up := echoUpstream(t)
+	var logs syncBuffer
+	_, base := startGateway(t, withUpstream(fmt.Sprintf(`
+_format_version: "3.0"
+services:
+  - name: s
+    url: UPSTREAM
+    routes:
+      - name: a
+        paths: [/a]
+        plugins:
+          - name: rate-limiting-advanced
+            config: {limit: [3], window_size: [60], namespace: mix, identifier: ip, strategy: redis, sync_rate: 0,
+                     redis: {host: 127.0.0.1, port: %d}}
+      - name: b
+        paths: [/b]
+        plugins:
+          - name: rate-limiting-advanced
+            config: {limit: [3], window_size: [60], namespace: mix, identifier: ip}
+`, rs.Port()), up), Options{Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	for range 3 {
+		if r := do(t, "GET", base+"/a", nil); r.status != 200 {
+			t.Fatalf("/a: %d", r.status)
+		}
+	}
+	if r := do(t, "GET", base+"/b", nil); r.status != 429 {
+		t.Fatalf("/b after 3 on /a in one namespace: %d, want 429", r.status)
+	}
+	if !strings.Contains(logs.String(), `namespace \"mix\" has other counter syncing settings`) ||
+		!strings.Contains(logs.String(), "services[0].routes[0].plugins[0]") {
+		t.Errorf("no error naming the namespace and both instances:\n%s", logs.String())
+	}
+}
