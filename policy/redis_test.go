@@ -444,6 +444,12 @@ func TestBasicRedisDownFaultTolerance(t *testing.T) {
 	reg := newRegistry(t, testRedisOpts)
 	strict := newBasic(t, reg, `{"minute":2,"policy":"redis","fault_tolerant":false,`+basicRedisJSON(srv)+`}`, Scope{})
 	tolerant := newBasic(t, reg, `{"minute":2,"policy":"redis","fault_tolerant":true,`+basicRedisJSON(srv)+`}`, Scope{RouteID: "r2"})
+	// With a positive sync_rate decisions are local, but a client met for
+	// the first time is read from Redis, as Kong's usage() reads it. (With
+	// the 10 s timeout, that read through the client connected when Redis
+	// stopped took the whole timeout: a short one keeps the test short.)
+	batched := newBasic(t, reg, `{"minute":2,"policy":"redis","fault_tolerant":false,"sync_rate":1,"redis":{"host":"127.0.0.1","port":`+
+		strconv.Itoa(srv.Port())+`,"timeout":300}}`, Scope{RouteID: "r3"})
 	runCalls(t, strict, []call{{t: time.Second, allowed: true, headers: want{"X-RateLimit-Remaining-Minute": "1"}}})
 	srv.Stop()
 	for i := range 3 {
@@ -454,6 +460,10 @@ func TestBasicRedisDownFaultTolerance(t *testing.T) {
 		if !errors.Is(err, redisstore.ErrUnavailable) {
 			t.Errorf("fault_tolerant false, call %d: %v, want it to wrap redisstore.ErrUnavailable", i, err)
 		}
+	}
+	res, err := batched.Check(context.Background(), &Request{ClientIP: "10.0.0.10", Now: at(2 * time.Second)})
+	if err == nil || res.Status != 500 {
+		t.Fatalf("fault_tolerant false, sync_rate 1, a new client with redis down: %+v, %v; want a 500", res, err)
 	}
 	for i, wantAllowed := range []bool{true, true, false} {
 		res, err := tolerant.Check(context.Background(), &Request{ClientIP: "10.0.0.9", Now: at(2 * time.Second)})

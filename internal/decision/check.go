@@ -346,7 +346,7 @@ func (s *Service) serveCheck(w http.ResponseWriter, r *http.Request) {
 	resp, err := s.Decide(r.Context(), &rlspb.RateLimitRequest{Domain: c.Domain, Descriptors: descs}, s.now())
 	s.m.observe(viaHTTP, start, resp, err)
 	if err != nil {
-		s.log.Warn("decision: check failed", "err", err, "failure_mode_deny", c.FailureModeDeny)
+		s.repeats.Warn("check "+c.Domain, "decision: check failed", "err", err, "failure_mode_deny", c.FailureModeDeny)
 		if c.FailureModeDeny {
 			w.WriteHeader(c.DenyStatus)
 		} else {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -198,14 +199,7 @@ func TestRedisBadReplyLoggedOnce(t *testing.T) {
 	c, _ := serveGRPC(t, s)
 	k := request("d", desc("k", "wrongtype"))
 	runSteps(t, c, []step{{"1", k, OK, codes_(OK), []uint32{99}, nil}})
-	keys, _ := r.Do(t, "KEYS", "*").([]any)
-	if len(keys) == 0 {
-		t.Fatal("the first call wrote no key")
-	}
-	for _, key := range keys {
-		r.Do(t, "DEL", key.(string))
-		r.Do(t, "LPUSH", key.(string), "x")
-	}
+	r.SpoilKeys(t)
 	for i := range 10 {
 		if _, err := c.ShouldRateLimit(t.Context(), k); err == nil {
 			t.Fatalf("call %d with a key of the wrong type: no error", i)
@@ -249,4 +243,33 @@ func (l *syncLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.buf.String()
+}
+
+// The HTTP check logs a store failure met on every request as the gRPC
+// path does: once per interval, with the number left out.
+func TestRedisBadReplyCheckLoggedOnce(t *testing.T) {
+	r := testservers.Redis(t, testservers.RedisOptions{})
+	var logs syncLog
+	opts := newClock(t0).opts()
+	opts.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	cfg := strings.Replace(checkConfig(t, "403"), "store: {type: memory}",
+		fmt.Sprintf("store: {type: redis, redis: {host: %s, port: %d, clock: service, timeout: 2s}}", r.Host(), r.Port()), 1)
+	s, err := Open(mustParse(t, cfg), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	srv := httptest.NewServer(s.Handler())
+	defer srv.Close()
+	hdr := map[string]string{"X-Original-URI": "/x", "X-Original-Method": "GET", "X-Real-IP": "203.0.113.5"}
+	if res, _ := doGet(t, srv.URL+"/check", hdr); res.StatusCode != 200 {
+		t.Fatalf("first check: %d", res.StatusCode)
+	}
+	r.SpoilKeys(t)
+	for range 10 {
+		doGet(t, srv.URL+"/check", hdr)
+	}
+	if n := strings.Count(logs.String(), "check failed"); n != 1 {
+		t.Fatalf("%d \"check failed\" lines for 10 failing checks, want 1; log:\n%s", n, logs.String())
+	}
 }

@@ -41,7 +41,7 @@ func newRateLimitingAdvanced(raw json.RawMessage, env *BuildEnv) (Plugin, error)
 	if err != nil {
 		return nil, err
 	}
-	if env.Namespaces != nil {
+	if env.Namespaces != nil && env.Entity.Enabled { // a disabled instance counts nothing
 		if err := env.Namespaces.Settle(cfg, env.Entity.Where); err != nil && env.Logger != nil {
 			env.Logger.Error(err.Error())
 		}

@@ -82,14 +82,7 @@ func TestKongLogsBadReplyOnce(t *testing.T) {
 	if logs := runRLA(t, rl, 1); len(logs) != 0 {
 		t.Fatalf("logs with Redis up: %q", logs)
 	}
-	keys, _ := srv.Do(t, "KEYS", "*").([]any)
-	if len(keys) == 0 {
-		t.Fatal("the first request wrote no key")
-	}
-	for _, k := range keys {
-		srv.Do(t, "DEL", k.(string))
-		srv.Do(t, "LPUSH", k.(string), "x")
-	}
+	srv.SpoilKeys(t)
 	logs := runRLA(t, rl, 10)
 	if len(logs) != 1 || !strings.HasPrefix(logs[0], "err: ") || !strings.Contains(logs[0], "WRONGTYPE") {
 		t.Fatalf("kong.log lines for 10 failures %q, want one error naming WRONGTYPE", logs)

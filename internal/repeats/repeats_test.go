@@ -25,7 +25,7 @@ func TestGate(t *testing.T) {
 		{"a", 31 * time.Second, false, 0},
 		{"a", 10 * time.Minute, true, 1},
 		{"a", 10*time.Minute + time.Second, false, 0},
-		// The clock steps back an hour: the kind waits Every from there.
+		// The clock steps back a minute: the kind waits Every from there.
 		{"a", 9 * time.Minute, false, 0},
 		{"a", 9*time.Minute + 29*time.Second, false, 0},
 		{"a", 9*time.Minute + 30*time.Second, true, 3},

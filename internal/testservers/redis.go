@@ -128,6 +128,21 @@ func (r *RedisServer) Restart(t testing.TB) {
 	}
 }
 
+// SpoilKeys replaces every key on the server by a list, so that a counter
+// script or command on it fails with WRONGTYPE; the test fails when there
+// is no key to spoil.
+func (r *RedisServer) SpoilKeys(t testing.TB) {
+	t.Helper()
+	keys, _ := r.Do(t, "KEYS", "*").([]any)
+	if len(keys) == 0 {
+		t.Fatal("testservers: no key to spoil")
+	}
+	for _, k := range keys {
+		r.Do(t, "DEL", k.(string))
+		r.Do(t, "LPUSH", k.(string), "x")
+	}
+}
+
 // Do runs one command on the server (authenticating when needed) and
 // returns its reply; see Conn.Do for the reply types.
 func (r *RedisServer) Do(t testing.TB, args ...string) any {

@@ -543,3 +543,55 @@ func TestPeriodicFirstSightReadsRedis(t *testing.T) {
 		})
 	}
 }
+
+// TestPeriodicFirstSightRedisDown: a key first met while Redis is down
+// starts from this node's hits; with Strict its decision fails with
+// ErrUnavailable instead. A key the node holds is still decided locally.
+func TestPeriodicFirstSightRedisDown(t *testing.T) {
+	srv, c := standalone(t)
+	opts := periodic("first-sight-down")
+	opts.Timeout = 200 * time.Millisecond
+	lenient := newStore(t, c, opts)
+	opts.Strict = true
+	strict := newStore(t, c, opts)
+	now := ratelimittest.At(5 * time.Second)
+	held := ratelimit.Request{Key: "held", Limits: []ratelimit.Limit{ratelimit.PerMinute(2).Fixed()}, Now: now}
+	take(t, strict, held)
+	srv.Stop()
+	fresh := ratelimit.Request{Key: "fresh", Limits: []ratelimit.Limit{ratelimit.PerMinute(2).Fixed()}, Now: now}
+	for i, want := range []bool{true, true, false} {
+		if d := take(t, lenient, fresh); d.Allowed != want {
+			t.Fatalf("lenient call %d: allowed %v, want %v (this node's hits)", i, d.Allowed, want)
+		}
+	}
+	if _, err := strict.Take(context.Background(), fresh); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("strict first sight with Redis down: %v, want ErrUnavailable", err)
+	}
+	if d := take(t, strict, held); !d.Allowed {
+		t.Fatal("strict store denied a key it holds; its decisions are local")
+	}
+}
+
+// TestPeriodicFirstSightConcurrent: many goroutines meeting one key at
+// once each count their hit: a first-sight read that returns after
+// another one created the counter does not overwrite it.
+func TestPeriodicFirstSightConcurrent(t *testing.T) {
+	_, c := standalone(t)
+	s := newStore(t, c, periodic("first-sight-concurrent"))
+	now := ratelimittest.At(5 * time.Second)
+	r := ratelimit.Request{Key: "k", Limits: []ratelimit.Limit{ratelimit.PerMinute(1000).Fixed()}, Now: now}
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.Take(context.Background(), r); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if d := take(t, s, r); d.State(0).Remaining != 1000-33 {
+		t.Fatalf("remaining %d after 33 calls, want %d", d.State(0).Remaining, 1000-33)
+	}
+}

@@ -53,26 +53,7 @@ func (s *kongMode) take(ctx context.Context, rv ratelimit.Request, _ bool) (rate
 		return ratelimit.Decision{}, err
 	}
 	if s.opts.SyncRate > 0 {
-		// As periodicMode.take: a counter this node lacks is read first.
-		d, missing := s.local.takeHeld(r)
-		if missing == nil {
-			return d, nil
-		}
-		if s.br.allow(r.Now) {
-			lims := make([]ratelimit.Limit, len(missing))
-			for i := range missing {
-				lims[i] = missing[i].lim
-			}
-			cs, err := s.readKong(ctx, &ratelimit.Request{Key: r.Key, Limits: lims, Now: r.Now})
-			if err == nil {
-				nowUs := r.Now.UnixMicro()
-				for i := range missing {
-					s.local.merge(&missing[i], cs[i], nowUs, 0)
-				}
-			}
-			s.record(ctx, r.Now, err)
-		}
-		return s.local.take(r, true), nil
+		return s.takeSeen(ctx, r, s)
 	}
 	if !s.br.allow(r.Now) {
 		return s.refused(r)
@@ -82,6 +63,24 @@ func (s *kongMode) take(ctx context.Context, rv ratelimit.Request, _ bool) (rate
 		return s.failed(ctx, r, err)
 	}
 	return d, nil
+}
+
+// fetch reads items, counters this node does not hold, into its local
+// counters (see Store.takeSeen).
+func (s *kongMode) fetch(ctx context.Context, items []syncItem, now time.Time) error {
+	lims := make([]ratelimit.Limit, len(items))
+	for i := range items {
+		lims[i] = items[i].lim
+	}
+	cs, err := s.readKong(ctx, &ratelimit.Request{Key: items[0].key, Limits: lims, Now: now})
+	if err != nil {
+		return err
+	}
+	nowUs := now.UnixMicro()
+	for i := range items {
+		s.local.merge(&items[i], cs[i], nowUs, 0)
+	}
+	return nil
 }
 
 func (s *kongMode) read(ctx context.Context, r *ratelimit.Request) ([]storekit.Counter, time.Time, error) {

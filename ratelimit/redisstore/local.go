@@ -106,7 +106,7 @@ func (l *local) takeHeld(r *ratelimit.Request) (ratelimit.Decision, []syncItem) 
 			}
 			continue
 		}
-		missing = append(missing, syncItem{key: r.Key, id: id, lim: lim})
+		missing = append(missing, syncItem{key: r.Key, id: id, lim: lim, absent: true})
 	}
 	if missing != nil {
 		return ratelimit.Decision{}, missing
@@ -379,6 +379,10 @@ type syncItem struct {
 	expires int64
 	final   int64 // the window start whose previous count prev holds final, or 0
 	prev    int64
+	// absent marks a first-sight read (takeHeld): merged only while the
+	// node still holds no counter k, so that a read that returns after a
+	// concurrent decision or a cycle created it does not overwrite it.
+	absent bool
 }
 
 // item returns counter k, held in e, as a sync item without its waiting
@@ -494,6 +498,9 @@ func (l *local) merge(it *syncItem, remote storekit.Counter, nowUs, final int64)
 	defer sh.mu.Unlock()
 	k := lkey{it.key, it.id}
 	e := sh.m[k]
+	if e != nil && it.absent {
+		return
+	}
 	if e == nil {
 		e = &entry{lim: it.lim}
 		sh.m[k] = e

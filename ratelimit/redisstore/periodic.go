@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -56,22 +57,53 @@ func newPeriodicMode(st *Store) *periodicMode {
 // here and get its whole limit again on every node. If Redis does not
 // answer, the counter starts from this node's hits, as in a fallback.
 func (s *periodicMode) take(ctx context.Context, r ratelimit.Request, _ bool) (ratelimit.Decision, error) {
-	d, missing := s.local.takeHeld(&r)
+	return s.takeSeen(ctx, &r, s)
+}
+
+// fetch reads items, counters this node does not hold, into its local
+// counters.
+func (s *periodicMode) fetch(ctx context.Context, items []syncItem, now time.Time) error {
+	var firstErr error
+	s.push(ctx, items, s.nowArg(now), now.UnixMicro(), nil, func(err error) {
+		if firstErr == nil {
+			firstErr = err
+		}
+	})
+	return firstErr
+}
+
+// A fetcher reads counters a node does not hold from Redis into its local
+// counters: the first sight of a key in a periodic mode.
+type fetcher interface {
+	fetch(ctx context.Context, items []syncItem, now time.Time) error
+}
+
+// takeSeen is the take of the periodic modes: r is decided on this node's
+// counters, once f has read from Redis those it does not hold yet (see
+// periodicMode.take), within Timeout. Without an answer the counters start
+// from this node's hits; with Strict the call fails instead, with an error
+// wrapping ErrUnavailable.
+func (s *Store) takeSeen(ctx context.Context, r *ratelimit.Request, f fetcher) (ratelimit.Decision, error) {
+	d, missing := s.local.takeHeld(r)
 	if missing == nil {
 		return d, nil
 	}
+	var err error
 	if s.br.allow(r.Now) {
 		cctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
-		var firstErr error
-		s.push(cctx, missing, s.nowArg(r.Now), r.Now.UnixMicro(), nil, func(err error) {
-			if firstErr == nil {
-				firstErr = err
-			}
-		})
+		err = f.fetch(cctx, missing, r.Now)
 		cancel()
-		s.record(ctx, r.Now, firstErr)
+		s.record(ctx, r.Now, err)
+	} else {
+		err = ErrUnavailable
 	}
-	return s.local.take(&r, true), nil
+	if err != nil && s.opts.Strict {
+		if isUnavailable(err) && !errors.Is(err, ErrUnavailable) {
+			err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+		}
+		return ratelimit.Decision{}, callerErr(ctx, err)
+	}
+	return s.local.take(r, true), nil
 }
 
 // read reads this node's counters: the totals of the last cycle plus the

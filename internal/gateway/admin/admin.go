@@ -133,7 +133,7 @@ func (a *api) postConfig(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	changed, err := a.g.Apply(data, "admin")
-	if err == nil && !changed && truthy(r.URL.Query().Get("check_hash")) {
+	if err == nil && !changed && r.URL.Query().Get("check_hash") == "1" { // Kong reads only "1"
 		// As Kong: the configuration in force was posted again.
 		w.WriteHeader(http.StatusNotModified)
 		return

@@ -2,6 +2,7 @@ package admin
 
 import (
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -30,15 +31,29 @@ type flatError struct {
 	Message string `json:"message"`
 }
 
-// entityLists are the keys under which a declarative file nests entities,
-// at its top level or inside another entity, with the field naming the
-// parent in a nested entity (Kong's foreign key).
+// entityLists are the lists of entities at a declarative file's top level.
 var entityLists = map[string]bool{
 	"services": true, "routes": true, "plugins": true, "consumers": true, "consumer_groups": true,
 	"upstreams": true, "targets": true, "certificates": true, "snis": true, "ca_certificates": true,
 	"vaults": true, "key_sets": true, "keys": true, "acls": true, "keyauth_credentials": true,
 	"basicauth_credentials": true, "hmacauth_credentials": true, "jwt_secrets": true,
 	"oauth2_credentials": true, "mtls_auth_credentials": true,
+}
+
+// credentials are the entities a consumer holds.
+var credentials = []string{"plugins", "acls", "keyauth_credentials", "basicauth_credentials", "hmacauth_credentials",
+	"jwt_secrets", "oauth2_credentials", "mtls_auth_credentials"}
+
+// nestedLists are the lists of entities nested in an entity, by the list
+// the entity sits in: Kong's one-to-many relationships.
+var nestedLists = map[string][]string{
+	"services":        {"routes", "plugins"},
+	"routes":          {"plugins"},
+	"consumers":       credentials,
+	"consumer_groups": {"plugins"},
+	"upstreams":       {"targets"},
+	"certificates":    {"snis"},
+	"key_sets":        {"keys"},
 }
 
 var pathToken = regexp.MustCompile(`[^.\[\]]+|\[\d+\]`)
@@ -75,7 +90,7 @@ func flatten(data []byte, errs kongconf.Errors) ([]flatEntity, kongconf.Errors) 
 			order = append(order, prefix)
 		}
 		if name := strings.TrimPrefix(strings.TrimPrefix(fe.Path, prefix), "."); name != "" {
-			f.Errors = append(f.Errors, flatError{Type: "field", Field: name, Message: fe.Message})
+			f.Errors = append(f.Errors, flatError{Type: "field", Field: kongField(name), Message: fe.Message})
 		} else {
 			f.Errors = append(f.Errors, flatError{Type: "entity", Message: fe.Message})
 		}
@@ -117,7 +132,11 @@ func entityAt(top map[string]any, path string) ([]nested, string) {
 	cur := top
 	for i := 0; i+1 < len(toks); i += 2 {
 		name, idx := toks[i], toks[i+1]
-		if !entityLists[name] || !strings.HasPrefix(idx, "[") {
+		isList := entityLists[name]
+		if len(chain) > 0 {
+			isList = slices.Contains(nestedLists[chain[len(chain)-1].list], name)
+		}
+		if !isList || !strings.HasPrefix(idx, "[") {
 			break
 		}
 		n, _ := strconv.Atoi(idx[1 : len(idx)-1])
@@ -149,7 +168,7 @@ func newFlatEntity(chain []nested) *flatEntity {
 	last := chain[len(chain)-1]
 	body := make(map[string]any, len(last.ent)+1)
 	for k, v := range last.ent {
-		if _, isList := v.([]any); isList && entityLists[k] {
+		if _, isList := v.([]any); isList && slices.Contains(nestedLists[last.list], k) {
 			continue
 		}
 		body[k] = v
@@ -184,6 +203,17 @@ func newFlatEntity(chain []nested) *flatEntity {
 		}
 	}
 	return f
+}
+
+var indexToken = regexp.MustCompile(`\[(\d+)\]`)
+
+// kongField writes a field path as Kong's flattened errors do: list
+// elements as ".n", counted from 1 (paths[0].x is paths.1.x).
+func kongField(path string) string {
+	return indexToken.ReplaceAllStringFunc(path, func(m string) string {
+		n, _ := strconv.Atoi(m[1 : len(m)-1])
+		return "." + strconv.Itoa(n+1)
+	})
 }
 
 // singular is Kong's: a list's name without its final s.

@@ -27,6 +27,7 @@ services:
     routes:
       - name: r
         paths: [nope]
+        hosts: [a.example]
         plugins:
           - name: rate-limiting
             config: {minute: -1, policy: redis, redis: {host: h, password: s3cret-pw}}
@@ -64,7 +65,7 @@ plugins:
 	}
 	want := []summary{
 		{"plugin", "rate-limiting", []string{"config.minute", "config"}},
-		{"route", "r", []string{"paths[0]"}},
+		{"route", "r", []string{"paths.1"}},
 		{"route", "empty", []string{"@entity"}},
 		{"service", "s", []string{"colour"}},
 		{"plugin", "no-such-plugin", []string{"name"}},
@@ -86,6 +87,9 @@ plugins:
 	}
 	if fk, _ := flat[1].Entity["service"].(map[string]any); fk["id"] != svc.EntityID {
 		t.Errorf("route body %v: want service {id: %s}", flat[1].Entity, svc.EntityID)
+	}
+	if hosts, _ := flat[1].Entity["hosts"].([]any); len(hosts) != 1 {
+		t.Errorf("route body %v: want its own list fields kept", flat[1].Entity)
 	}
 	if _, fk := flat[0].Entity["route"]; fk {
 		t.Errorf("plugin body %v: a route without a UUID id gives no foreign key", flat[0].Entity)

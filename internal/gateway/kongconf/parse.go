@@ -59,7 +59,8 @@ func DecodeWith(data []byte, opts DecodeOptions) (*Config, Errors) {
 // error, from DecodeWith, says why the field is empty. In the others each
 // value c resolved from a decK substitution or a vault reference appears as
 // the reference's text, since a resolved value may be a secret.
-// DecodeWith's own errors are shown so already.
+// DecodeWith's own errors are shown so already. It filters errs in place
+// and returns the shortened slice.
 func (c *Config) LaterErrors(errs []field.Error) []field.Error {
 	if c == nil {
 		return errs
