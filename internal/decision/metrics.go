@@ -173,8 +173,10 @@ func (m *metrics) observe(t transport, start time.Time, resp *rlspb.RateLimitRes
 // keeps sluice_redis_fallback (1 while the store counts locally),
 // sluice_redis_state_changes_total and sluice_redis_fault (the reason of
 // a redisstore.Fault while it lasts), as the gateway does. A probe is not
-// a change: its outcome is.
+// a change: its outcome is. sluice_redis_fallback exists, at 0, from the
+// store's opening.
 func (m *metrics) redisStateChanged(namespace string) func(from, to redisstore.State, err error) {
+	m.redisFallback.WithLabelValues(namespace)
 	return func(_, to redisstore.State, err error) {
 		if to == redisstore.StateProbing {
 			return

@@ -127,6 +127,9 @@ func TestRedisStateMetrics(t *testing.T) {
 		t.Fatalf("Open with redis down: %v", err)
 	}
 	defer s.Close()
+	if n := testutil.CollectAndCount(s.m.redisFallback); n != 1 {
+		t.Errorf("%d sluice_redis_fallback series before any call, want 1 (at 0)", n)
+	}
 	c, _ := serveGRPC(t, s)
 	k := request("d", desc("k", "z"))
 	gauge := func(name string, labels ...string) float64 {
