@@ -419,13 +419,15 @@ func (g *Gateway) Apply(data []byte, source string) (changed bool, err error) {
 	g.recordReload(source, "applied", nil)
 	g.metrics.generation.Set(float64(gen.seq))
 	g.metrics.lastReload.Set(float64(gen.loadedAt.UnixNano()) / 1e9)
+	redisNamespaces := map[string]bool{}
 	for _, in := range gen.insts {
 		if p, ok := in.plugin.(inspected); ok {
 			if info := p.inspectable().Info(); info.Strategy == "redis" {
-				g.metrics.redisInUse(info.Namespace)
+				redisNamespaces[info.Namespace] = true
 			}
 		}
 	}
+	g.metrics.redisInUse(redisNamespaces)
 	g.log.Info("configuration applied", "source", source, "generation", gen.seq, "sha256", gen.hash,
 		"services", len(gen.cfg.Services), "routes", len(gen.cfg.Routes), "plugins", len(gen.cfg.Plugins))
 	return true, nil

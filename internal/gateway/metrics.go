@@ -43,6 +43,7 @@ type Metrics struct {
 
 	redisMu    sync.Mutex
 	redisState map[string]redisState // by namespace
+	redisUsed  map[string]bool       // the Redis-backed namespaces in use
 
 	kongOnce kongMetricsOnce // the prometheus plugin's
 }
@@ -205,15 +206,31 @@ func (m *Metrics) RedisStateChanged(namespace string, degraded bool, err error) 
 	m.redisChanges.WithLabelValues(namespace, state).Inc()
 }
 
-// redisInUse makes namespace's sluice_redis_fallback series exist, at 0
-// until a state change says otherwise, so that dashboards and alerts see a
-// Redis-backed namespace from its first configuration on.
-func (m *Metrics) redisInUse(namespace string) {
+// redisInUse makes the sluice_redis_fallback series of the Redis-backed
+// namespaces of the configuration just applied exist, at 0 until a state
+// change says otherwise, so that dashboards and alerts see a namespace
+// from its first configuration on; the series of namespaces the
+// configuration no longer uses (sluice_redis_fallback, sluice_redis_fault)
+// go, so that no series of a removed namespace stays behind.
+func (m *Metrics) redisInUse(namespaces map[string]bool) {
 	m.redisMu.Lock()
 	defer m.redisMu.Unlock()
-	if _, seen := m.redisState[namespace]; !seen {
-		m.redisFallback.WithLabelValues(namespace)
+	for ns := range m.redisUsed {
+		if namespaces[ns] {
+			continue
+		}
+		m.redisFallback.DeleteLabelValues(ns)
+		if st := m.redisState[ns]; st.reason != "" {
+			m.redisFault.DeleteLabelValues(ns, st.reason)
+		}
+		delete(m.redisState, ns)
 	}
+	for ns := range namespaces {
+		if _, seen := m.redisState[ns]; !seen {
+			m.redisFallback.WithLabelValues(ns)
+		}
+	}
+	m.redisUsed = namespaces
 }
 
 // Register adds further collectors (the policy registry's store state, for

@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"log/slog"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -157,6 +158,68 @@ services:
 	want := map[string]float64{"shared": 0, "|rate-limiting": 0}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("sluice_redis_fallback before any request: %v, want %v", got, want)
+	}
+}
+
+// TestRedisSeriesGoWithNamespace: a reload that drops a Redis-backed
+// namespace drops its sluice_redis_fallback and sluice_redis_fault series,
+// so no series of a removed namespace stays behind (at 0 or at 1).
+func TestRedisSeriesGoWithNamespace(t *testing.T) {
+	rs := testservers.Redis(t, testservers.RedisOptions{Password: "right"})
+	up := echoUpstream(t)
+	keep := fmt.Sprintf(`
+  - name: k
+    url: UPSTREAM
+    routes: [{name: rk, paths: [/k]}]
+    plugins:
+      - name: rate-limiting-advanced
+        config: {limit: [10], window_size: [60], namespace: keep, strategy: redis, sync_rate: 0,
+                 redis: {host: 127.0.0.1, port: %d, password: right}}
+`, rs.Port())
+	g, base := startGateway(t, withUpstream(fmt.Sprintf(`
+_format_version: "3.0"
+services:
+  - name: s
+    url: UPSTREAM
+    routes: [{name: r, paths: [/]}]
+    plugins:
+      - name: rate-limiting-advanced
+        config: {limit: [1000], window_size: [60], namespace: pw, strategy: redis, sync_rate: 0,
+                 redis: {host: 127.0.0.1, port: %d, password: wrong, timeout: 500}}
+`, rs.Port())+keep, up), Options{Logger: slog.New(slog.DiscardHandler)})
+	if r := do(t, "GET", base+"/", nil); r.status != 200 {
+		t.Fatalf("with a wrong password: %d %s", r.status, r.body)
+	}
+	series := func() string {
+		t.Helper()
+		mfs, err := g.metrics.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, mf := range mfs {
+			if mf.GetName() != "sluice_redis_fallback" && mf.GetName() != "sluice_redis_fault" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				var labels []string
+				for _, l := range m.GetLabel() {
+					labels = append(labels, l.GetName()+"="+l.GetValue())
+				}
+				got = append(got, fmt.Sprintf("%s{%s}=%v", mf.GetName(), strings.Join(labels, ","), m.GetGauge().GetValue()))
+			}
+		}
+		sort.Strings(got)
+		return strings.Join(got, " ")
+	}
+	if s := series(); !strings.Contains(s, "sluice_redis_fault{namespace=pw,reason=wrongpass}=1") {
+		t.Fatalf("before the reload: %s; want pw's wrongpass fault", s)
+	}
+	if err := g.Load([]byte(withUpstream("_format_version: \"3.0\"\nservices:"+keep, up)), "test"); err != nil {
+		t.Fatal(err)
+	}
+	if s, want := series(), "sluice_redis_fallback{namespace=keep}=0"; s != want {
+		t.Fatalf("after the reload: %s; want only %s", s, want)
 	}
 }
 
