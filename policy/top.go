@@ -49,8 +49,9 @@ type TopEntry struct {
 	// from a one-in-16 sample.
 	Requests int64 `json:"requests"`
 	Denied   int64 `json:"denied"`
-	// Error bounds the overestimate: the true counts are at least
-	// Requests-Error and Denied-Error.
+	// Error bounds the sketch's overestimate: the true denials are at
+	// least Denied-Error; Requests-Error bounds the estimate of
+	// requests, which the sampling can put above or below the true count.
 	Error int64 `json:"error"`
 }
 

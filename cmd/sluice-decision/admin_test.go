@@ -42,14 +42,46 @@ func TestAdminTokenFromEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	res.Body.Close()
-	if res.StatusCode != http.StatusNoContent {
-		t.Fatalf("reset with the token: %d, want 204", res.StatusCode)
+	if res.StatusCode != http.StatusNotFound {
+		t.Fatalf("reset with the token: %d, want 404 (past the guard, nothing held)", res.StatusCode)
 	}
 	if code, _ := s.get(t, "/healthcheck"); code != http.StatusOK {
 		t.Fatalf("healthcheck: %d", code)
 	}
 	if logs := s.stop(t); strings.Contains(logs, "s3cret-tok") || strings.Contains(logs, openPortWarning) {
 		t.Fatalf("logs hold the token or the open-port warning:\n%s", logs)
+	}
+}
+
+// On a loopback HTTP port the counters calls answer only the loopback
+// names of that port: a page on another name resolved to 127.0.0.1 (DNS
+// rebinding) cannot read or reset counters; decisions answer any Host.
+func TestCountersLoopbackHosts(t *testing.T) {
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, cfg, config)
+	s := startWith(t, nil, "-c", cfg, "-grpc", "127.0.0.1:0", "-http", "127.0.0.1:0")
+	do := func(method, path, host string) int {
+		t.Helper()
+		req, _ := http.NewRequest(method, s.http+path, strings.NewReader(`{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"v"}]}]}`))
+		if host != "" {
+			req.Host = host
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	counter := "/rate-limiting/counters?domain=d&key=k&value=v"
+	if code := do("DELETE", counter, "rebind.evil.example:80"); code != http.StatusMisdirectedRequest {
+		t.Errorf("DELETE with a foreign Host: %d, want 421", code)
+	}
+	if code := do("POST", "/json", "rebind.evil.example:80"); code != http.StatusOK {
+		t.Errorf("POST /json with a foreign Host: %d, want 200", code)
+	}
+	if code := do("DELETE", counter, ""); code != http.StatusNoContent {
+		t.Errorf("DELETE of the counted descriptor: %d, want 204", code)
 	}
 }
 

@@ -387,7 +387,22 @@ func listen(addr string) (net.Listener, error) {
 func serve(ctx context.Context, f *flags, hup <-chan os.Signal, log *slog.Logger, stdout io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	svc, err := f.load(f.options(log, reg))
+	// The HTTP listener opens first: the counters calls answer only the
+	// names of the address it is bound to (adminauth.LoopbackHosts).
+	var hl net.Listener
+	if f.httpListen != "" {
+		l, err := listen(f.httpListen)
+		if err != nil {
+			return fmt.Errorf("http listener: %w", err)
+		}
+		hl = l
+		defer hl.Close()
+	}
+	opts := f.options(log, reg)
+	if hl != nil {
+		opts.AdminHosts = adminauth.LoopbackHosts(hl.Addr().String())
+	}
+	svc, err := f.load(opts)
 	if err != nil {
 		return err
 	}
@@ -444,12 +459,7 @@ func serve(ctx context.Context, f *flags, hup <-chan os.Signal, log *slog.Logger
 	}
 
 	var hs *http.Server
-	if f.httpListen != "" {
-		hl, err := listen(f.httpListen)
-		if err != nil {
-			gs.Stop()
-			return fmt.Errorf("http listener: %w", err)
-		}
+	if hl != nil {
 		hs = &http.Server{Handler: svc.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 		go func() {
 			if err := hs.Serve(hl); !errors.Is(err, http.ErrServerClosed) {

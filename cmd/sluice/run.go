@@ -499,7 +499,7 @@ func serve(ctx context.Context, f *serveFlags, hup <-chan os.Signal, log *slog.L
 		if err != nil {
 			return fmt.Errorf("admin listener: %w", err)
 		}
-		hosts := admin.LoopbackHosts(aln.Addr().String())
+		hosts := adminauth.LoopbackHosts(aln.Addr().String())
 		if hosts != nil && f.adminHosts != "" {
 			hosts = append(hosts, strings.Split(f.adminHosts, ",")...)
 		}

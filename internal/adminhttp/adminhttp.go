@@ -5,8 +5,15 @@ package adminhttp
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
 	"strings"
+
+	"github.com/seed-008287da/sluice/policy"
 )
 
 // JSONErrors serves h, answering in JSON where an http.ServeMux answers a
@@ -50,3 +57,94 @@ func (m *muxErrors) Write(b []byte) (int, error) {
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (m *muxErrors) Unwrap() http.ResponseWriter { return m.ResponseWriter }
+
+// UnknownQuery returns an error naming the first query parameter of q
+// that is not one of known, so that a misspelt parameter (?plugins= for
+// ?plugin=) is an error instead of a silently wider answer; nil when all
+// are known.
+func UnknownQuery(q url.Values, known ...string) error {
+	var unknown []string
+	for name := range q {
+		if !slices.Contains(known, name) {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	return fmt.Errorf("%s: unknown query parameter (this call takes %s)", unknown[0], strings.Join(known, ", "))
+}
+
+// CounterRoutes serves GET (and HEAD) and DELETE on
+// /rate-limiting/plugins/{plugin}/counters/{identifier...} with get and
+// del, reading the path as sent: http.ServeMux would clean it first,
+// redirecting the identifier "/a/b" of a path-identifier plugin
+// (".../counters//a/b") to "a/b". The plugin and the identifier (the rest
+// of the path after "counters/", unescaped) are set as the request's path
+// values "plugin" and "identifier". Other paths go to next; another
+// method gets 405, a path that does not unescape 400, each with the body
+// errBody builds from a message.
+func CounterRoutes(next http.Handler, get, del http.HandlerFunc, errBody func(msg string) any) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rest, ok := strings.CutPrefix(r.URL.EscapedPath(), "/rate-limiting/plugins/")
+		plugin, ident, cut := strings.Cut(rest, "/counters/")
+		if !ok || !cut || plugin == "" || strings.Contains(plugin, "/") || ident == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		pv, err1 := url.PathUnescape(plugin)
+		iv, err2 := url.PathUnescape(ident)
+		if err1 != nil || err2 != nil {
+			writeJSON(w, http.StatusBadRequest, errBody("the path is not validly escaped"))
+			return
+		}
+		r.SetPathValue("plugin", pv)
+		r.SetPathValue("identifier", iv)
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
+			get(w, r)
+		case http.MethodDelete:
+			del(w, r)
+		default:
+			w.Header().Set("Allow", "GET, HEAD, DELETE")
+			writeJSON(w, http.StatusMethodNotAllowed, errBody("Method not allowed"))
+		}
+	})
+}
+
+// MaxTop bounds n of a top-list call.
+const MaxTop = 1000
+
+// TopQuery reads a top-list call's query: by (denied, the default, or
+// requests) and n (default 20, at most MaxTop), beside scope, the
+// parameter naming what to list (plugin, domain). Any other parameter is
+// an error (UnknownQuery).
+func TopQuery(q url.Values, scope string) (by policy.TopBy, byName string, n int, err error) {
+	if err := UnknownQuery(q, scope, "by", "n"); err != nil {
+		return 0, "", 0, err
+	}
+	by, byName = policy.TopByDenied, "denied"
+	switch q.Get("by") {
+	case "", "denied":
+	case "requests":
+		by, byName = policy.TopByRequests, "requests"
+	default:
+		return 0, "", 0, errors.New("by: want denied or requests")
+	}
+	n = 20
+	if s := q.Get("n"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 || v > MaxTop {
+			return 0, "", 0, fmt.Errorf("n: want a whole number from 1 to %d", MaxTop)
+		}
+		n = v
+	}
+	return by, byName, n, nil
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -132,8 +132,8 @@ func TestEnvoyKeyLayoutRedisDownAtStart(t *testing.T) {
 	if err != nil || !found || cnt.Windows[0].Current != 1 {
 		t.Errorf("Counter = %+v, %v, %v; want the peer's key's count 1", cnt, found, err)
 	}
-	if err := s.Reset(context.Background(), "d", []DescriptorEntry{{Key: "k", Value: "v"}}, now); err != nil {
-		t.Fatal(err)
+	if held, err := s.Reset(context.Background(), "d", []DescriptorEntry{{Key: "k", Value: "v"}}, now); err != nil || !held {
+		t.Fatalf("Reset = %v, %v; want the peer's key held", held, err)
 	}
 	if n, _ := r.Do(t, "EXISTS", "pre_d_k_v_"+minute).(int64); n != 0 {
 		t.Errorf("the peer's key is still there after Reset")

@@ -40,7 +40,8 @@ const maxBody = 1 << 20
 //	GET  /rate-limiting/top?domain=D&by=denied|requests&n=20
 //	                  the heaviest descriptors of the last minute
 //
-// The counters calls need Kong-Admin-Token when Options.AdminToken is set.
+// The counters calls need Kong-Admin-Token when Options.AdminToken is set,
+// and answer only the Options.AdminHosts names when set.
 // A request that cannot be decided gets 400, a store failure 503, each with
 // {"error": "..."}. Unknown JSON fields are errors.
 func (s *Service) Handler() http.Handler {
@@ -57,13 +58,16 @@ func (s *Service) Handler() http.Handler {
 	return adminhttp.JSONErrors(mux, func(_ int, msg string) any { return map[string]string{"error": msg} })
 }
 
-// admin guards a counters call with Options.AdminToken, when set.
+// admin guards a counters call: the Host must be one of
+// Options.AdminHosts (when set), and the call must carry
+// Options.AdminToken (when set).
 func (s *Service) admin(h http.HandlerFunc) http.HandlerFunc {
-	if s.adminToken == "" {
-		return h
-	}
 	return func(w http.ResponseWriter, r *http.Request) {
-		if !adminauth.HasToken(r, s.adminToken) {
+		if !s.adminHosts.Allows(r) {
+			writeError(w, http.StatusMisdirectedRequest, adminauth.HostMessage(r.Host))
+			return
+		}
+		if s.adminToken != "" && !adminauth.HasToken(r, s.adminToken) {
 			writeError(w, http.StatusUnauthorized, adminauth.UnauthorizedMessage)
 			return
 		}

@@ -13,6 +13,7 @@ import (
 	rlpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 
 	"github.com/seed-008287da/sluice/internal/adminauth"
+	"github.com/seed-008287da/sluice/internal/adminhttp"
 	"github.com/seed-008287da/sluice/policy"
 	"github.com/seed-008287da/sluice/ratelimit"
 )
@@ -20,9 +21,6 @@ import (
 // Seeing and controlling who is limited (docs/decision-service.md): the
 // counter of one request descriptor, resetting it, and the heaviest
 // descriptors of the last minute per domain.
-
-// maxTop bounds n of GET /rate-limiting/top.
-const maxTop = 1000
 
 // DescriptorEntry is one entry of a request descriptor.
 type DescriptorEntry struct {
@@ -66,8 +64,13 @@ func (s *Service) counted(domain string, entries []DescriptorEntry) (*generation
 	if tree != nil {
 		n = tree.lookup(len(d.Entries), func(i int) (string, string) { return d.Entries[i].GetKey(), d.Entries[i].GetValue() })
 	}
-	if n == nil || n.rule.unlimited || len(n.rule.limits) == 0 {
-		return nil, nil, "", ErrNoRule
+	switch {
+	case tree == nil:
+		return nil, nil, "", fmt.Errorf("%w: the configuration has no domain %q", ErrNoRule, domain)
+	case n == nil:
+		return nil, nil, "", fmt.Errorf("%w: no descriptor of domain %q matches it", ErrNoRule, domain)
+	case n.rule.unlimited || len(n.rule.limits) == 0:
+		return nil, nil, "", fmt.Errorf("%w: its descriptor in domain %q is unlimited", ErrNoRule, domain)
 	}
 	return g, n.rule, g.storeKey(domain, d, n), nil
 }
@@ -99,22 +102,26 @@ func (s *Service) Counter(ctx context.Context, domain string, entries []Descript
 }
 
 // Reset clears every window of a request descriptor in domain; in Redis,
-// for every decision service sharing it.
-func (s *Service) Reset(ctx context.Context, domain string, entries []DescriptorEntry, now time.Time) error {
+// for every decision service sharing it. held reports whether the store
+// held a count for it, as Counter reads it; the reset is sent either way.
+func (s *Service) Reset(ctx context.Context, domain string, entries []DescriptorEntry, now time.Time) (held bool, err error) {
 	g, r, key, err := s.counted(domain, entries)
 	if err != nil {
-		return err
+		return false, err
 	}
 	in, ok := g.store.(ratelimit.Inspector)
 	if !ok {
-		return policy.ErrNotInspectable
+		return false, policy.ErrNotInspectable
+	}
+	if _, found, err := s.Counter(ctx, domain, entries, now); err == nil {
+		held = found
 	}
 	if err := in.Reset(ctx, ratelimit.Request{Key: key, Limits: r.limits, Now: now}); err != nil {
 		s.log.Error("decision: resetting a counter failed", "domain", domain, "counter_key", key, "err", err)
-		return fmt.Errorf("decision: resetting the counter: %w", err)
+		return held, fmt.Errorf("decision: resetting the counter: %w", err)
 	}
-	s.log.Info("decision: counter reset", "domain", domain, "descriptor", topIdentifier(descriptorOf(entries)))
-	return nil
+	s.log.Info("decision: counter reset", "domain", domain, "descriptor", topIdentifier(descriptorOf(entries)), "held", held)
+	return held, nil
 }
 
 // topIdentifier names a descriptor in a top list as the query of its
@@ -191,6 +198,9 @@ func (s *Service) Top(domain string, by policy.TopBy, n int, now time.Time) []To
 // descriptorQuery reads domain and the descriptor's entries from the
 // query: key and value repeated in order, key=k1&value=v1&key=k2&value=v2.
 func descriptorQuery(q url.Values) (string, []DescriptorEntry, error) {
+	if err := adminhttp.UnknownQuery(q, "domain", "key", "value"); err != nil {
+		return "", nil, err
+	}
 	domain := q.Get("domain")
 	if domain == "" {
 		return "", nil, errors.New("domain: required")
@@ -245,9 +255,19 @@ func (s *Service) serveReset(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if err := s.Reset(r.Context(), domain, entries, s.now()); err != nil {
-		s.m.adminActions.WithLabelValues("reset_counter", "error").Inc()
+	held, err := s.Reset(r.Context(), domain, entries, s.now())
+	if err != nil {
+		outcome := "error"
+		if errors.Is(err, ErrNoRule) || errors.Is(err, ErrNoConfig) {
+			outcome = "not_found"
+		}
+		s.m.adminActions.WithLabelValues("reset_counter", outcome).Inc()
 		s.inspectError(w, err)
+		return
+	}
+	if !held {
+		s.m.adminActions.WithLabelValues("reset_counter", "not_found").Inc()
+		writeError(w, http.StatusNotFound, "decision: no counter for the descriptor; nothing was reset")
 		return
 	}
 	s.m.adminActions.WithLabelValues("reset_counter", "ok").Inc()
@@ -256,22 +276,10 @@ func (s *Service) serveReset(w http.ResponseWriter, r *http.Request) {
 
 func (s *Service) serveTop(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	by := policy.TopByDenied
-	switch q.Get("by") {
-	case "", "denied":
-	case "requests":
-		by = policy.TopByRequests
-	default:
-		writeError(w, http.StatusBadRequest, "by: want denied or requests")
+	by, _, n, err := adminhttp.TopQuery(q, "domain")
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
 		return
-	}
-	n := 20
-	if v := q.Get("n"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 || n > maxTop {
-			writeError(w, http.StatusBadRequest, "n: want a whole number from 1 to "+strconv.Itoa(maxTop))
-			return
-		}
 	}
 	if d := q.Get("domain"); d != "" && !s.hasDomain(d) {
 		writeError(w, http.StatusNotFound, "domain: "+strconv.Quote(d)+" is not a configured domain")

@@ -2,10 +2,13 @@ package decision
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
+	"github.com/seed-008287da/sluice/internal/adminauth"
 	"github.com/seed-008287da/sluice/internal/testservers"
 )
 
@@ -145,7 +148,7 @@ func TestInspectAdminToken(t *testing.T) {
 		{"GET", counter, "wrong", 401},
 		{"GET", counter, "s3cret", 404},
 		{"DELETE", counter, "", 401},
-		{"DELETE", counter, "s3cret", 204},
+		{"DELETE", counter, "s3cret", 404}, // past the guard; nothing held
 		{"GET", "/rate-limiting/top", "", 401},
 		{"GET", "/rate-limiting/top", "s3cret", 200},
 		{"GET", "/healthcheck", "", 200},
@@ -154,5 +157,57 @@ func TestInspectAdminToken(t *testing.T) {
 		if got := call(c.method, c.path, c.token); got != c.want {
 			t.Errorf("%s %s with token %q: %d, want %d", c.method, c.path, c.token, got, c.want)
 		}
+	}
+}
+
+// TestInspectAdminHosts: with AdminHosts set, the counters calls answer
+// only those Host names (421 otherwise: DNS rebinding), while the decision
+// endpoints answer any Host, since proxies send their own; a reset that
+// matches no count says so (404).
+func TestInspectAdminHosts(t *testing.T) {
+	h := httptest.NewUnstartedServer(nil)
+	h.Start()
+	defer h.Close()
+	o := newClock(t0).opts()
+	o.AdminHosts = adminauth.LoopbackHosts(h.Listener.Addr().String())
+	h.Config.Handler = newService(t, inspectConfig, o).Handler()
+	call := func(method, path, host string) (int, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest(method, h.URL+path, strings.NewReader(`{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"10.0.0.1"}]}]}`))
+		req.Host = host
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var out map[string]any
+		_ = json.NewDecoder(res.Body).Decode(&out)
+		return res.StatusCode, out
+	}
+	local := h.Listener.Addr().String()
+	counter := "/rate-limiting/counters?domain=edge&key=remote_address&value=10.0.0.1"
+	for _, c := range []struct {
+		method, path, host string
+		want               int
+	}{
+		{"DELETE", counter, "rebind.evil.example:80", 421},
+		{"GET", counter, "rebind.evil.example:80", 421},
+		{"GET", "/rate-limiting/top", "rebind.evil.example:80", 421},
+		{"POST", "/json", "rebind.evil.example:80", 200},
+		{"GET", counter, local, 200},
+		{"DELETE", counter, local, 204},
+		{"DELETE", counter, local, 404},
+		{"GET", counter, local, 404},
+	} {
+		code, out := call(c.method, c.path, c.host)
+		if code != c.want {
+			t.Errorf("%s %s with Host %s: %d %v, want %d", c.method, c.path, c.host, code, out, c.want)
+		}
+		if code == 404 && c.method == "DELETE" && !strings.Contains(fmt.Sprint(out["error"]), "nothing was reset") {
+			t.Errorf("DELETE of nothing: %v; want it to say nothing was reset", out)
+		}
+	}
+	if code, out := call("GET", "/rate-limiting/counters?domain=nope&key=k&value=v", local); code != 404 || !strings.Contains(fmt.Sprint(out["error"]), `"nope"`) {
+		t.Errorf("an unknown domain: %d %v; want 404 naming it", code, out)
 	}
 }

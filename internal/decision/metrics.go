@@ -115,7 +115,7 @@ func newMetrics(reg *prometheus.Registry) (*metrics, error) {
 		}),
 		adminActions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_decision_admin_actions_total",
-			Help: "Calls that change state (reset_counter), by action and outcome (ok, error).",
+			Help: "Calls that change state (reset_counter), by action and outcome (ok, not_found: nothing held, error).",
 		}, []string{"action", "outcome"}),
 		redisFallback: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_redis_fallback",

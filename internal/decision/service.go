@@ -24,6 +24,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/seed-008287da/sluice/internal/adminauth"
 	"github.com/seed-008287da/sluice/internal/repeats"
 	"github.com/seed-008287da/sluice/policy/field"
 	"github.com/seed-008287da/sluice/ratelimit"
@@ -135,6 +136,13 @@ type Options struct {
 	// 401 without it. Empty leaves them open: keep the HTTP port on
 	// loopback or a private network.
 	AdminToken string
+	// AdminHosts are the Host values the counters calls answer (host:port,
+	// as adminauth.LoopbackHosts returns for the HTTP listen address);
+	// others get 421, so a page on another name resolved to this address
+	// (DNS rebinding) reaches nothing. Empty accepts any. The decision
+	// endpoints (/json, /check, ...) answer every Host: proxies send their
+	// own.
+	AdminHosts []string
 }
 
 // A Service decides Envoy rate limit requests against the current
@@ -177,6 +185,7 @@ type Service struct {
 	stopIncrement     bool
 	countDenied       bool
 	adminToken        string
+	adminHosts        adminauth.Hosts
 	draining          atomic.Bool
 	healthMu          sync.Mutex
 	healthHooks       []func(bool)
@@ -238,7 +247,7 @@ func newServiceBase(opts Options) (*Service, error) {
 	s := &Service{now: opts.Now, log: opts.Logger, onReload: opts.OnReload, m: m, healthyWithConfig: opts.HealthyWithConfig, mergeDomains: opts.MergeDomains, topK: opts.TopKeys,
 		quotaMode: opts.QuotaMode, shadowMode: opts.ShadowMode, headers: opts.ResponseHeaders, dynamicMetadata: opts.DynamicMetadata,
 		storeOverride: opts.Store, stopIncrement: opts.StopIncrementWhenOverLimit, countDenied: opts.CountDenied,
-		adminToken: opts.AdminToken}
+		adminToken: opts.AdminToken, adminHosts: adminauth.NewHosts(opts.AdminHosts)}
 	if opts.PeerStats {
 		s.peer = newPeerStats(opts.NearLimitRatio)
 	}

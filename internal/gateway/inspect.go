@@ -26,7 +26,7 @@ import (
 
 // ErrNoPlugin is returned when no rate-limiting instance has the id or
 // instance_name asked for.
-var ErrNoPlugin = errors.New("gateway: no rate-limiting plugin with that id or instance_name")
+var ErrNoPlugin = errors.New("no rate-limiting plugin with that id or instance_name")
 
 // inspectable is what the rate-limiting plugins (policy.Advanced,
 // policy.Basic and policy.Concurrency) offer.
@@ -129,30 +129,38 @@ func describe(in *instance, p inspectable) RateLimitPlugin {
 
 // plugin finds a rate-limiting instance by id or instance_name.
 func (g *Gateway) plugin(ref string) (*instance, inspectable, error) {
+	_, in, p, err := g.pluginOf(ref)
+	return in, p, err
+}
+
+// pluginOf is plugin, with the generation it belongs to.
+func (g *Gateway) pluginOf(ref string) (*generation, *instance, inspectable, error) {
 	gen := g.gen.Load()
 	if gen == nil {
-		return nil, nil, ErrNoConfig
+		return nil, nil, nil, ErrNoConfig
 	}
 	for _, in := range gen.insts {
 		if in.entity.ID != ref && (in.entity.InstanceName == "" || in.entity.InstanceName != ref) {
 			continue
 		}
 		if p := inspectableOf(in); p != nil {
-			return in, p, nil
+			return gen, in, p, nil
 		}
 	}
-	return nil, nil, ErrNoPlugin
+	return nil, nil, nil, fmt.Errorf("%w: %s", ErrNoPlugin, quoteRef(ref))
 }
 
 // PluginCounter returns the counter of one identifier value of the
 // instance with id or instance_name ref. found is false when the
-// instance holds nothing for it.
+// instance holds nothing for it. For an instance counting by consumer, a
+// consumer's username or custom_id stands for its id, as in Kong's Admin
+// API.
 func (g *Gateway) PluginCounter(ctx context.Context, ref, identifier string) (c policy.Counter, found bool, err error) {
-	in, p, err := g.plugin(ref)
+	gen, in, p, err := g.pluginOf(ref)
 	if err != nil {
 		return policy.Counter{}, false, err
 	}
-	c, err = p.Counter(ctx, identifier, g.now())
+	c, err = p.Counter(ctx, counterIdentifier(gen, p, identifier), g.now())
 	if err != nil {
 		return policy.Counter{}, false, fmt.Errorf("gateway: plugin %s: %w", in.entity.ID, err)
 	}
@@ -160,24 +168,61 @@ func (g *Gateway) PluginCounter(ctx context.Context, ref, identifier string) (c 
 }
 
 // ResetCounter clears every window (or every lease) of one identifier
-// value of the instance ref, logs it and counts it in
-// sluice_admin_actions_total.
-func (g *Gateway) ResetCounter(ctx context.Context, ref, identifier string) error {
-	in, p, err := g.plugin(ref)
+// value of the instance ref (a consumer's username or custom_id standing
+// for its id, as in PluginCounter), logs it and counts it in
+// sluice_admin_actions_total. held reports whether the instance held a
+// count for it, as PluginCounter reads it; the reset is sent either way
+// (in periodic mode other nodes' counts are in Redis only).
+func (g *Gateway) ResetCounter(ctx context.Context, ref, identifier string) (held bool, err error) {
+	gen, in, p, err := g.pluginOf(ref)
 	if err != nil {
 		g.AdminAction("reset_counter", "not_found")
-		return err
+		return false, err
 	}
-	if err := p.Reset(ctx, identifier, g.now()); err != nil {
+	id := counterIdentifier(gen, p, identifier)
+	now := g.now()
+	if c, err := p.Counter(ctx, id, now); err == nil {
+		held = !c.Empty()
+	}
+	if err := p.Reset(ctx, id, now); err != nil {
 		g.AdminAction("reset_counter", "error")
 		g.log.Error("admin: resetting a counter failed", "plugin", in.entity.Name, "plugin_id", in.entity.ID,
 			"identifier", identifier, "error", err.Error())
-		return fmt.Errorf("gateway: plugin %s: %w", in.entity.ID, err)
+		return held, fmt.Errorf("gateway: plugin %s: %w", in.entity.ID, err)
 	}
-	g.AdminAction("reset_counter", "ok")
+	outcome := "ok"
+	if !held {
+		outcome = "not_found"
+	}
+	g.AdminAction("reset_counter", outcome)
 	g.log.Info("admin: counter reset", "plugin", in.entity.Name, "plugin_id", in.entity.ID,
-		"instance_name", in.entity.InstanceName, "identifier", identifier)
-	return nil
+		"instance_name", in.entity.InstanceName, "identifier", identifier, "counter_key", id, "held", held)
+	return held, nil
+}
+
+// counterIdentifier is the value p counts identifier under: for an
+// instance counting by consumer, the id of the consumer whose username or
+// custom_id it is, when no consumer has it as its id.
+func counterIdentifier(gen *generation, p inspectable, identifier string) string {
+	if p.Info().Identifier != "consumer" {
+		return identifier
+	}
+	for _, c := range gen.cfg.Consumers {
+		if c.ID == identifier {
+			return identifier
+		}
+	}
+	for _, c := range gen.cfg.Consumers {
+		if c.Username == identifier {
+			return c.ID
+		}
+	}
+	for _, c := range gen.cfg.Consumers {
+		if c.CustomID != "" && c.CustomID == identifier {
+			return c.ID
+		}
+	}
+	return identifier
 }
 
 // TopList is the top list of one instance.
@@ -397,3 +442,6 @@ func validMethod(m string) bool {
 	}
 	return m != ""
 }
+
+// quoteRef quotes an id or instance_name for an error message.
+func quoteRef(ref string) string { return "'" + ref + "'" }

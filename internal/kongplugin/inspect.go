@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"sort"
-	"strconv"
 	"time"
 
 	"github.com/seed-008287da/sluice/internal/adminauth"
@@ -94,63 +93,12 @@ func (p *Process) InspectHandler(token string) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"data": list})
 	})
-	mux.HandleFunc("GET /rate-limiting/plugins/{plugin}/counters/{identifier...}", func(w http.ResponseWriter, r *http.Request) {
-		pl, ok := p.plugin(r.PathValue("plugin"))
-		if !ok {
-			writeJSON(w, http.StatusNotFound, map[string]any{"message": "no rate-limiting plugin with that id, instance_name or namespace"})
-			return
-		}
-		c, err := pl.in.Counter(r.Context(), r.PathValue("identifier"), p.now())
-		if err != nil {
-			inspectError(w, err)
-			return
-		}
-		if c.Empty() {
-			writeJSON(w, http.StatusNotFound, map[string]any{"message": "no counter for identifier '" + r.PathValue("identifier") + "'"})
-			return
-		}
-		writeJSON(w, http.StatusOK, struct {
-			Plugin InspectedPlugin `json:"plugin"`
-			policy.Counter
-		}{pl.InspectedPlugin, c})
-	})
-	mux.HandleFunc("DELETE /rate-limiting/plugins/{plugin}/counters/{identifier...}", func(w http.ResponseWriter, r *http.Request) {
-		if !adminauth.SameOrigin(r) {
-			writeJSON(w, http.StatusForbidden, map[string]any{"message": "cross-origin calls that change state are refused"})
-			return
-		}
-		pl, ok := p.plugin(r.PathValue("plugin"))
-		if !ok {
-			writeJSON(w, http.StatusNotFound, map[string]any{"message": "no rate-limiting plugin with that id, instance_name or namespace"})
-			return
-		}
-		if err := pl.in.Reset(r.Context(), r.PathValue("identifier"), p.now()); err != nil {
-			p.log.Error("kongplugin: resetting a counter failed", "plugin", pl.Name, "namespace", pl.Namespace, "identifier", r.PathValue("identifier"), "error", err)
-			inspectError(w, err)
-			return
-		}
-		p.log.Info("kongplugin: counter reset", "plugin", pl.Name, "namespace", pl.Namespace, "identifier", r.PathValue("identifier"))
-		w.WriteHeader(http.StatusNoContent)
-	})
 	mux.HandleFunc("GET /rate-limiting/top", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
-		by := policy.TopByDenied
-		byName := "denied"
-		switch q.Get("by") {
-		case "", "denied":
-		case "requests":
-			by, byName = policy.TopByRequests, "requests"
-		default:
-			writeJSON(w, http.StatusBadRequest, map[string]any{"message": "by: want denied or requests"})
+		by, byName, n, err := adminhttp.TopQuery(q, "plugin")
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]any{"message": err.Error()})
 			return
-		}
-		n := 20
-		if v := q.Get("n"); v != "" {
-			var err error
-			if n, err = strconv.Atoi(v); err != nil || n < 1 || n > 1000 {
-				writeJSON(w, http.StatusBadRequest, map[string]any{"message": "n: want a whole number from 1 to 1000"})
-				return
-			}
 		}
 		type list struct {
 			Plugin  InspectedPlugin   `json:"plugin"`
@@ -166,7 +114,8 @@ func (p *Process) InspectHandler(token string) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"data": out})
 	})
-	h := adminhttp.JSONErrors(mux, func(_ int, msg string) any { return map[string]string{"message": msg} })
+	message := func(msg string) any { return map[string]string{"message": msg} }
+	h := adminhttp.CounterRoutes(adminhttp.JSONErrors(mux, func(_ int, msg string) any { return message(msg) }), p.getCounter, p.deleteCounter, message)
 	if token == "" {
 		return h
 	}
@@ -215,4 +164,67 @@ func (p *Process) ListenInspect(ctx context.Context, addr, token string) (net.Ad
 	}()
 	go func() { _ = srv.Serve(ln) }()
 	return ln.Addr(), nil
+}
+
+func (p *Process) getCounter(w http.ResponseWriter, r *http.Request) {
+	ref, id := r.PathValue("plugin"), r.PathValue("identifier")
+	pl, ok := p.plugin(ref)
+	if !ok {
+		writeJSON(w, http.StatusNotFound, map[string]any{"message": noPlugin(ref)})
+		return
+	}
+	c, err := pl.in.Counter(r.Context(), id, p.now())
+	if err != nil {
+		inspectError(w, err)
+		return
+	}
+	if c.Empty() {
+		writeJSON(w, http.StatusNotFound, map[string]any{"message": noCounter(ref, pl, id)})
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Plugin InspectedPlugin `json:"plugin"`
+		policy.Counter
+	}{pl.InspectedPlugin, c})
+}
+
+// deleteCounter resets a counter: 204 when the plugin held a count for
+// the identifier (as getCounter reads it), 404 when it held none (the
+// reset is sent either way: in periodic mode other nodes' counts are in
+// Redis only).
+func (p *Process) deleteCounter(w http.ResponseWriter, r *http.Request) {
+	if !adminauth.SameOrigin(r) {
+		writeJSON(w, http.StatusForbidden, map[string]any{"message": "cross-origin calls that change state are refused"})
+		return
+	}
+	ref, id := r.PathValue("plugin"), r.PathValue("identifier")
+	pl, ok := p.plugin(ref)
+	if !ok {
+		writeJSON(w, http.StatusNotFound, map[string]any{"message": noPlugin(ref)})
+		return
+	}
+	now := p.now()
+	held := false
+	if c, err := pl.in.Counter(r.Context(), id, now); err == nil {
+		held = !c.Empty()
+	}
+	if err := pl.in.Reset(r.Context(), id, now); err != nil {
+		p.log.Error("kongplugin: resetting a counter failed", "plugin", pl.Name, "namespace", pl.Namespace, "identifier", id, "error", err)
+		inspectError(w, err)
+		return
+	}
+	p.log.Info("kongplugin: counter reset", "plugin", pl.Name, "namespace", pl.Namespace, "identifier", id, "held", held)
+	if !held {
+		writeJSON(w, http.StatusNotFound, map[string]any{"message": noCounter(ref, pl, id) + "; nothing was reset"})
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func noPlugin(ref string) string {
+	return "no rate-limiting plugin with that id, instance_name or namespace: '" + ref + "'"
+}
+
+func noCounter(ref string, pl inspectedPlugin, id string) string {
+	return "no counter for identifier '" + id + "' in plugin '" + ref + "' (identifier: " + pl.Identifier + ")"
 }

@@ -40,7 +40,7 @@ type Options struct {
 	ManagedBy string
 
 	// AllowedHosts are the Host values the API answers (host:port, as
-	// LoopbackHosts returns for the listen address); others get 421, so
+	// adminauth.LoopbackHosts returns for the listen address); others get 421, so
 	// a page on another name resolved to this address (DNS rebinding)
 	// reaches nothing. Empty accepts any.
 	AllowedHosts []string
@@ -62,7 +62,7 @@ func Handler(g *gateway.Gateway, opts Options) http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.Metrics().Registry, promhttp.HandlerOpts{}))
 	a.counterRoutes(mux)
 	a.dashboardRoutes(mux)
-	return newGuard(opts, adminhttp.JSONErrors(mux, kongError))
+	return newGuard(opts, adminhttp.CounterRoutes(adminhttp.JSONErrors(mux, kongError), a.getCounter, a.deleteCounter, message))
 }
 
 // StatusHandler serves only GET /status, GET /status/ready and GET
@@ -77,6 +77,9 @@ func StatusHandler(g *gateway.Gateway) http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g.Metrics().Registry, promhttp.HandlerOpts{}))
 	return adminhttp.JSONErrors(mux, kongError)
 }
+
+// message is an error answer of the admin API.
+func message(msg string) any { return map[string]string{"message": msg} }
 
 // kongError is the router's 404 or 405 as Kong's Admin API words it.
 func kongError(code int, _ string) any {

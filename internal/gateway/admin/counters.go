@@ -2,11 +2,12 @@ package admin
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net/http"
-	"strconv"
 
+	"github.com/seed-008287da/sluice/internal/adminhttp"
 	"github.com/seed-008287da/sluice/internal/gateway"
 	"github.com/seed-008287da/sluice/policy"
 	"github.com/seed-008287da/sluice/policy/field"
@@ -17,9 +18,6 @@ import (
 // maxExplainBody bounds a POST /rate-limiting/explain body.
 const maxExplainBody = 1 << 20
 
-// maxTop bounds n of GET /rate-limiting/top.
-const maxTop = 1000
-
 // pluginRef names the instance an answer is about.
 type pluginRef struct {
 	ID           string `json:"id"`
@@ -29,8 +27,6 @@ type pluginRef struct {
 
 func (a *api) counterRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /rate-limiting/plugins", a.listPlugins)
-	mux.HandleFunc("GET /rate-limiting/plugins/{plugin}/counters/{identifier...}", a.getCounter)
-	mux.HandleFunc("DELETE /rate-limiting/plugins/{plugin}/counters/{identifier...}", a.deleteCounter)
 	mux.HandleFunc("POST /rate-limiting/explain", a.explain)
 	mux.HandleFunc("GET /rate-limiting/top", a.top)
 }
@@ -67,7 +63,7 @@ func (a *api) plugin(ref string) (pluginRef, error) {
 			return pluginRef{p.ID, p.Name, p.InstanceName}, nil
 		}
 	}
-	return pluginRef{}, gateway.ErrNoPlugin
+	return pluginRef{}, fmt.Errorf("%w: %s", gateway.ErrNoPlugin, quote(ref))
 }
 
 func (a *api) getCounter(w http.ResponseWriter, r *http.Request) {
@@ -83,7 +79,7 @@ func (a *api) getCounter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !found {
-		writeJSON(w, http.StatusNotFound, map[string]any{"message": "no counter for identifier " + quote(id) + " in plugin " + quote(ref)})
+		writeJSON(w, http.StatusNotFound, map[string]any{"message": a.noCounter(ref, id)})
 		return
 	}
 	writeJSON(w, http.StatusOK, struct {
@@ -94,11 +90,31 @@ func (a *api) getCounter(w http.ResponseWriter, r *http.Request) {
 
 func (a *api) deleteCounter(w http.ResponseWriter, r *http.Request) {
 	ref, id := r.PathValue("plugin"), r.PathValue("identifier")
-	if err := a.g.ResetCounter(r.Context(), ref, id); err != nil {
+	held, err := a.g.ResetCounter(r.Context(), ref, id)
+	if err != nil {
 		inspectError(w, err)
 		return
 	}
+	if !held {
+		writeJSON(w, http.StatusNotFound, map[string]any{"message": a.noCounter(ref, id) + "; nothing was reset"})
+		return
+	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// noCounter says that instance ref holds no counter for id, and what the
+// instance counts by.
+func (a *api) noCounter(ref, id string) string {
+	msg := "no counter for identifier " + quote(id) + " in plugin " + quote(ref)
+	if ps, err := a.g.RateLimitPlugins(); err == nil {
+		for _, p := range ps {
+			if p.ID == ref || (p.InstanceName != "" && p.InstanceName == ref) {
+				msg += " (identifier: " + p.Identifier + ")"
+				break
+			}
+		}
+	}
+	return msg
 }
 
 func (a *api) explain(w http.ResponseWriter, r *http.Request) {
@@ -139,23 +155,10 @@ func (a *api) explain(w http.ResponseWriter, r *http.Request) {
 
 func (a *api) top(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	by := policy.TopByDenied
-	switch q.Get("by") {
-	case "", "denied":
-	case "requests":
-		by = policy.TopByRequests
-	default:
-		writeJSON(w, http.StatusBadRequest, map[string]any{"message": "by: want denied or requests"})
+	by, _, n, err := adminhttp.TopQuery(q, "plugin")
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]any{"message": err.Error()})
 		return
-	}
-	n := 20
-	if s := q.Get("n"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil || v < 1 || v > maxTop {
-			writeJSON(w, http.StatusBadRequest, map[string]any{"message": "n: want a whole number from 1 to " + strconv.Itoa(maxTop)})
-			return
-		}
-		n = v
 	}
 	lists, err := a.g.Top(q.Get("plugin"), by, n)
 	if err != nil {

@@ -212,7 +212,7 @@ func TestCountersAPIGuarded(t *testing.T) {
 		{"GET", "/rate-limiting/top", "wrong", "", 401},
 		{"GET", "/rate-limiting/plugins", "s3cret", "", 200},
 		{"DELETE", "/rate-limiting/plugins/per-consumer/counters/x", "s3cret", "http://evil.example", 403},
-		{"DELETE", "/rate-limiting/plugins/per-consumer/counters/x", "s3cret", "", 204},
+		{"DELETE", "/rate-limiting/plugins/per-consumer/counters/x", "s3cret", "", 404}, // past the guard; nothing held
 	} {
 		req, _ := http.NewRequest(c.method, adm.URL+c.path, nil)
 		if c.token != "" {
@@ -229,5 +229,101 @@ func TestCountersAPIGuarded(t *testing.T) {
 		if res.StatusCode != c.want {
 			t.Errorf("%s %s (token %q, origin %q): %d, want %d", c.method, c.path, c.token, c.origin, res.StatusCode, c.want)
 		}
+	}
+}
+
+// TestCountersOperatorPaths: what an operator types reaches the counter
+// the plugin counts under. A path identifier is written as it is in the
+// URL (".../counters//p/special", which http.ServeMux would redirect to a
+// path without its leading slash); a consumer is found by its username or
+// custom_id as well as its id; a reset that matches nothing says so (404)
+// instead of answering 204.
+func TestCountersOperatorPaths(t *testing.T) {
+	_, proxy, admin, _ := setup(t, `
+_format_version: "3.0"
+consumers:
+  - {username: alice, custom_id: crm-7, id: 0c3f3a6e-1111-4a5b-9c8d-000000000001, keyauth_credentials: [{key: alice-secret-key}]}
+services:
+  - name: s
+    url: UPSTREAM/v1
+    routes:
+      - name: p
+        paths: [/p]
+        plugins:
+          - name: rate-limiting-advanced
+            instance_name: by-path
+            config: {limit: [1], window_size: [60], identifier: path, path: /p/special, namespace: by-path}
+      - name: c
+        paths: [/c]
+        plugins:
+          - name: key-auth
+          - name: rate-limiting-advanced
+            instance_name: by-consumer
+            config: {limit: [1], window_size: [60], identifier: consumer, namespace: by-consumer}
+`)
+	call := func(path string) int {
+		t.Helper()
+		req, _ := http.NewRequest("GET", proxy+path, nil)
+		req.Header.Set("apikey", "alice-secret-key")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		return res.StatusCode
+	}
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	do := func(method, path string) (int, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest(method, admin+path, nil)
+		res, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var out map[string]any
+		if res.StatusCode != http.StatusNoContent {
+			if err := json.NewDecoder(res.Body).Decode(&out); err != nil {
+				t.Fatalf("%s %s: %d, not JSON: %v", method, path, res.StatusCode, err)
+			}
+		}
+		return res.StatusCode, out
+	}
+
+	for _, c := range []struct{ plugin, identifier, request string }{
+		{"by-path", "/p/special", "/p/special"},
+		{"by-path", "%2Fp%2Fspecial", "/p/special"},
+		{"by-consumer", "alice", "/c"},
+		{"by-consumer", "crm-7", "/c"},
+		{"by-consumer", "0c3f3a6e-1111-4a5b-9c8d-000000000001", "/c"},
+	} {
+		if a, b := call(c.request), call(c.request); a != 200 || b != 429 {
+			t.Fatalf("%s: calls %d %d, want 200 429", c.request, a, b)
+		}
+		url := "/rate-limiting/plugins/" + c.plugin + "/counters/" + c.identifier
+		if code, out := do("GET", url); code != 200 || out["counter_key"] == nil {
+			t.Fatalf("GET %s: %d %v, want the counter", url, code, out)
+		}
+		if code, out := do("DELETE", url); code != 204 {
+			t.Fatalf("DELETE %s: %d %v, want 204", url, code, out)
+		}
+		if got := call(c.request); got != 200 {
+			t.Fatalf("%s after DELETE %s: %d, want 200 (reset)", c.request, url, got)
+		}
+		if code, out := do("DELETE", url); code != 204 {
+			t.Fatalf("DELETE %s with a count of 1: %d %v, want 204", url, code, out)
+		}
+	}
+
+	code, out := do("DELETE", "/rate-limiting/plugins/by-consumer/counters/bob")
+	if msg, _ := out["message"].(string); code != 404 || !strings.Contains(msg, "'bob'") || !strings.Contains(msg, "identifier: consumer") || !strings.Contains(msg, "nothing was reset") {
+		t.Errorf("DELETE of a value nothing counts: %d %v; want 404 naming it, the identifier kind and that nothing was reset", code, out)
+	}
+	code, out = do("GET", "/rate-limiting/plugins/nope/counters/x")
+	if msg, _ := out["message"].(string); code != 404 || !strings.Contains(msg, "'nope'") {
+		t.Errorf("an unknown plugin: %d %v; want 404 naming it", code, out)
+	}
+	if code, _ := do("PUT", "/rate-limiting/plugins/by-path/counters//p/special"); code != 405 {
+		t.Errorf("PUT on a counter: %d, want 405", code)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/seed-008287da/sluice/internal/adminauth"
 	"github.com/seed-008287da/sluice/internal/gateway"
 	"github.com/seed-008287da/sluice/internal/testservers"
 )
@@ -255,7 +256,7 @@ func dashboardSetup(t *testing.T, token string) (g *gateway.Gateway, proxy, admi
 	if err != nil {
 		t.Fatal(err)
 	}
-	adm := &http.Server{Handler: Handler(g, Options{Version: "test", Token: token, AllowedHosts: LoopbackHosts(aln.Addr().String())})}
+	adm := &http.Server{Handler: Handler(g, Options{Version: "test", Token: token, AllowedHosts: adminauth.LoopbackHosts(aln.Addr().String())})}
 	go func() { _ = adm.Serve(aln) }()
 	t.Cleanup(func() {
 		_ = adm.Close()

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed-008287da/sluice/internal/adminauth"
 	"github.com/seed-008287da/sluice/internal/gateway"
 )
 
@@ -115,7 +116,7 @@ func TestAdminOriginHostAndTypes(t *testing.T) {
 	}
 	srv := httptest.NewUnstartedServer(nil)
 	srv.Start()
-	srv.Config.Handler = Handler(g, Options{AllowedHosts: LoopbackHosts(srv.Listener.Addr().String())})
+	srv.Config.Handler = Handler(g, Options{AllowedHosts: adminauth.LoopbackHosts(srv.Listener.Addr().String())})
 	defer srv.Close()
 	yamlCT := map[string]string{"Content-Type": "application/yaml"}
 	for _, tc := range []struct {
