@@ -48,6 +48,7 @@ var envFlags = []struct{ env, flag string }{
 	{"STATS_FLUSH_INTERVAL", "statsd-interval"},
 	{"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "stop-increment-when-over-limit"},
 	{"USE_DOG_STATSD", "dogstatsd"},
+	{"STATSD_PROTOCOL", "statsd-protocol"},
 	{"EXTRA_TAGS", "statsd-tags"},
 	{"GRPC_SERVER_TLS_CERT", "grpc-tls-cert"},
 	{"GRPC_SERVER_TLS_KEY", "grpc-tls-key"},
@@ -171,6 +172,12 @@ func applyEnv(f *flags, fs *flag.FlagSet, set map[string]bool, getenv func(strin
 			return err
 		}
 		f.statsd = addr
+		// envoyproxy/ratelimit's plain statsd (gostats) sends over TCP
+		// unless STATSD_PROTOCOL says otherwise; its DogStatsD client
+		// over UDP.
+		if addr != "" && f.statsdProtocol == "" && !f.dogstatsd {
+			f.statsdProtocol = "tcp"
+		}
 	}
 	if v, ok := lookup(getenv, "GRPC_SERVER_USE_TLS"); ok {
 		b, err := strconv.ParseBool(v)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -40,7 +41,7 @@ func TestStatsdAndDebugFromEnv(t *testing.T) {
 	cfg := filepath.Join(t.TempDir(), "config.yaml")
 	writeFile(t, cfg, config)
 	port := strconv.Itoa(udp.LocalAddr().(*net.UDPAddr).Port)
-	s := startWith(t, []string{"USE_STATSD=true", "STATSD_HOST=127.0.0.1", "STATSD_PORT=" + port, "STATS_FLUSH_INTERVAL=20ms",
+	s := startWith(t, []string{"USE_STATSD=true", "STATSD_HOST=127.0.0.1", "STATSD_PORT=" + port, "STATSD_PROTOCOL=udp", "STATS_FLUSH_INTERVAL=20ms",
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT=0"}, "-c", cfg, "-grpc", "127.0.0.1:0", "-http", "127.0.0.1:0")
 	rls, _ := s.client(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -88,6 +89,52 @@ func TestStatsdAndDebugFromEnv(t *testing.T) {
 	if code, body := s.get(t, "/stats"); code != 200 || !strings.Contains(body, "ratelimit.service.rate_limit.d.k.total_hits: 3") {
 		t.Errorf("/stats: %d %s", code, body)
 	}
+}
+
+// envoyproxy/ratelimit's plain statsd sends over TCP unless
+// STATSD_PROTOCOL says udp (its gostats default): the same variables
+// without STATSD_PROTOCOL reach a real TCP listener, newline-terminated
+// lines, and a listener that starts after the service still gets them.
+func TestStatsdTCPFromEnv(t *testing.T) {
+	reserve, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := reserve.Addr().String()
+	_, port, _ := net.SplitHostPort(addr)
+	reserve.Close() // not listening yet: the first sends fail and are dialled again
+	cfg := filepath.Join(t.TempDir(), "config.yaml")
+	writeFile(t, cfg, config)
+	s := startWith(t, []string{"USE_STATSD=true", "STATSD_HOST=127.0.0.1", "STATSD_PORT=" + port, "STATS_FLUSH_INTERVAL=20ms"},
+		"-c", cfg, "-grpc", "127.0.0.1:0", "-http", "127.0.0.1:0")
+	rls, _ := s.client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := decideOnce(ctx, rls, "d", "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_ = ln.(*net.TCPListener).SetDeadline(time.Now().Add(20 * time.Second))
+	conn, err := ln.Accept()
+	if err != nil {
+		t.Fatalf("no TCP connection from the statsd sink: %v", err)
+	}
+	defer conn.Close()
+	if _, err := decideOnce(ctx, rls, "d", "k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	sc := bufio.NewScanner(conn)
+	for sc.Scan() {
+		if line := sc.Text(); strings.HasPrefix(line, "ratelimit.service.rate_limit.d.k.total_hits:") && strings.HasSuffix(line, "|c") {
+			return
+		}
+	}
+	t.Fatalf("no total_hits line over TCP: %v", sc.Err())
 }
 
 // certs writes a CA, a server certificate for 127.0.0.1 and a client

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -63,6 +64,7 @@ type flags struct {
 	adminTokenFile  string
 	statsd          string
 	statsdInterval  time.Duration
+	statsdProtocol  string
 	dogstatsd       bool
 	statsdTags      string
 	mogrifiers      []decision.Mogrifier // from USE_DOG_STATSD_MOGRIFIERS
@@ -107,7 +109,8 @@ func parseFlags(args []string, getenv func(string) (string, bool), stderr io.Wri
 	fs.BoolVar(&f.stopIncrement, "stop-increment-when-over-limit", false, "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT: count none of a request's descriptors when any would be over its limit")
 	fs.BoolVar(&f.envoyKeys, "envoy-key-layout", false, "with REDIS_URL: keep counters in envoyproxy/ratelimit's Redis keys (CACHE_KEY_PREFIX starts them), so both continue each other's counters")
 	fs.BoolVar(&f.countDenied, "count-denied", false, "count a denied call's hits anyway, as envoyproxy/ratelimit does (default: all or nothing)")
-	fs.StringVar(&f.statsd, "statsd", "", "send envoyproxy/ratelimit's statistics to this statsd UDP `host:port` (USE_STATSD, STATSD_HOST, STATSD_PORT); empty: off")
+	fs.StringVar(&f.statsd, "statsd", "", "send envoyproxy/ratelimit's statistics to this statsd `host:port` (USE_STATSD, STATSD_HOST, STATSD_PORT); empty: off")
+	fs.StringVar(&f.statsdProtocol, "statsd-protocol", "", "STATSD_PROTOCOL: `udp` or tcp; empty: udp, or tcp for plain statsd set by envoyproxy/ratelimit's variables (its gostats default)")
 	fs.DurationVar(&f.statsdInterval, "statsd-interval", 10*time.Second, "STATS_FLUSH_INTERVAL: how often statistics are sent")
 	fs.BoolVar(&f.dogstatsd, "dogstatsd", false, "USE_DOG_STATSD: DogStatsD lines, with -statsd-tags")
 	fs.StringVar(&f.statsdTags, "statsd-tags", "", "EXTRA_TAGS: `k1:v1,k2:v2` added to every DogStatsD line")
@@ -421,12 +424,12 @@ func serve(ctx context.Context, f *flags, hup <-chan os.Signal, log *slog.Logger
 		if err != nil {
 			return err
 		}
-		sink, err := svc.StartStatsd(decision.StatsdOptions{Addr: f.statsd, Interval: f.statsdInterval, Dogstatsd: f.dogstatsd, Tags: tags, Mogrifiers: f.mogrifiers})
+		sink, err := svc.StartStatsd(decision.StatsdOptions{Addr: f.statsd, Protocol: f.statsdProtocol, Interval: f.statsdInterval, Dogstatsd: f.dogstatsd, Tags: tags, Mogrifiers: f.mogrifiers})
 		if err != nil {
 			return err
 		}
 		defer sink.Close()
-		log.Info("statsd", "addr", f.statsd, "interval", f.statsdInterval.String())
+		log.Info("statsd", "addr", f.statsd, "protocol", cmp.Or(f.statsdProtocol, "udp"), "interval", f.statsdInterval.String())
 	}
 	gopts, err := f.grpcOptions()
 	if err != nil {

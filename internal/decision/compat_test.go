@@ -353,3 +353,47 @@ func TestPeerCasesOnRedis(t *testing.T) {
 		{"check after", request("shop", check), OK, codes_(OK), []uint32{2}, nil},
 	})
 }
+
+// A call of several hits over the limit counts, as in envoyproxy/ratelimit,
+// only its hits past the limit as over_limit (all of them once the count
+// was already over) and those between the near-limit threshold and the
+// limit as near_limit; in shadow mode shadow_mode counts what over_limit
+// does. Limit 10, near-limit threshold 8: 12 hits from 0 are 2 over and 2
+// near; 7 hits from 0 are within; 5 hits from 7 are 2 over and 2 near.
+// A request for a domain not configured counts domain_not_found, once per
+// descriptor.
+func TestPeerStatsMultiHit(t *testing.T) {
+	cfg := `
+domain: d
+descriptors:
+  - {key: k, rate_limit: {unit: hour, requests_per_unit: 10}}
+  - {key: s, shadow_mode: true, rate_limit: {unit: hour, requests_per_unit: 10}}
+`
+	eachBackendYAML(t, cfg, Options{PeerStats: true}, func(t *testing.T, b backend) {
+		for _, c := range []struct {
+			key  string
+			hits uint32
+		}{{"k", 12}, {"k", 7}, {"k", 5}, {"s", 12}} {
+			r := request("d", desc(c.key, "v"))
+			r.HitsAddend = c.hits
+			call(t, b.c, r)
+		}
+		call(t, b.c, request("nope", desc("k", "v"), desc("k", "w")))
+		got := map[string]uint64{}
+		for _, st := range b.s.PeerStats() {
+			got[st.Name] = st.Value
+		}
+		for name, want := range map[string]uint64{
+			"k.total_hits": 24, "k.over_limit": 4, "k.near_limit": 4, "k.within_limit": 7,
+			"s.total_hits": 12, "s.over_limit": 2, "s.near_limit": 2, "s.shadow_mode": 2,
+		} {
+			if v := got["ratelimit.service.rate_limit.d."+name]; v != want {
+				t.Errorf("%s = %d, want %d", name, v, want)
+			}
+		}
+		// A request for a domain not configured counts its descriptors.
+		if v := got["ratelimit.service.rate_limit.nope.domain_not_found"]; v != 2 {
+			t.Errorf("nope.domain_not_found = %d, want 2", v)
+		}
+	})
+}

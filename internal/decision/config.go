@@ -106,7 +106,10 @@ type Domain struct {
 // A Descriptor matches one entry of a request descriptor: Key, and Value
 // when it is not empty. An empty Value matches any value of Key (each value
 // still has its own counter). A Value with "*" in it is a pattern: each "*"
-// matches any run of characters ("bot-*", "bar*b", "foo*bar*baz").
+// matches any run of characters ("bot-*", "bar*b", "foo*bar*baz"). A Key
+// with "*" in it is a pattern too, matched as envoyproxy/ratelimit matches
+// it: against the request entry's key and value joined with "_", the
+// pattern being Key, or Key_Value when Value is set.
 type Descriptor struct {
 	Key   string
 	Value string
@@ -543,7 +546,7 @@ func (d *decoder) descriptors(path string, nodes []*yaml.Node, alg ratelimit.Alg
 			ValueToMetric:  m.boolean("value_to_metric"),
 			ShareThreshold: m.boolean("share_threshold"),
 		}
-		if desc.ShareThreshold && !strings.Contains(desc.Value, "*") {
+		if desc.ShareThreshold && !strings.Contains(desc.Value, "*") && !strings.Contains(desc.Key, "*") {
 			d.add(m.field("share_threshold"), joinPath(p, "share_threshold"), "only for a wildcard value (one with \"*\"), got %q", desc.Value)
 		}
 		if mn := m.field("metadata"); mn != nil {
@@ -601,8 +604,16 @@ func (d *decoder) rateLimit(path string, n *yaml.Node, alg ratelimit.Algorithm) 
 	list := m.seq("limits")
 	switch {
 	case rl.Unlimited:
-		if single || len(list) > 0 {
-			d.add(m.node, path, "an unlimited rate_limit must not set unit, requests_per_unit, limits or their options")
+		// As envoyproxy/ratelimit: an unlimited rate_limit may keep its
+		// requests_per_unit (unused) but not a valid unit.
+		_, _ = m.uint32("requests_per_unit")
+		if _, ok := parseUnit(m.str("unit")); ok && m.has("unit") {
+			d.add(m.field("unit"), joinPath(path, "unit"), "an unlimited rate_limit must not set unit (envoyproxy/ratelimit refuses it too)")
+		}
+		for _, f := range []string{"unit_multiplier", "algorithm", "burst", "limits"} {
+			if m.has(f) {
+				d.add(m.field(f), joinPath(path, f), "an unlimited rate_limit must not set %s", f)
+			}
 		}
 	case single && m.has("limits"):
 		d.add(m.field("limits"), joinPath(path, "limits"), "must not be given together with unit and requests_per_unit")

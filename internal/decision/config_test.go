@@ -163,7 +163,7 @@ var envoyFileErrors = []string{
 	"line 7: descriptors[0].rate_limit.requests_per_unit: expected an integer from 0 to 4294967295, got -1",
 	"line 8: descriptors[0].rate_limit.unlimted: unknown field",
 	"line 9: descriptors[1].key: must not be empty",
-	"line 10: descriptors[1].rate_limit: an unlimited rate_limit must not set unit, requests_per_unit, limits or their options",
+	"line 10: descriptors[1].rate_limit.unit: an unlimited rate_limit must not set unit (envoyproxy/ratelimit refuses it too)",
 	"line 11: descriptors[2]: duplicate descriptor key \"a\" value \"\"",
 	"line 12: descriptors[2].shadow: unknown field",
 	"line 13: descriptors[3]: duplicate descriptor key \"a\" value \"\"",

@@ -26,6 +26,7 @@ func TestPeerConfigCases(t *testing.T) {
 		{"non_string_key", "0.25: d\ndescriptors: [{key: k}]\n", "0.25: unknown field"},
 		{"replaces_empty", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {name: self, replaces: [{name: }], unit: second, requests_per_unit: 5}\n", "replaces[0].name: must not be empty"},
 		{"replaces_self", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {name: self, replaces: [{name: self}], unit: second, requests_per_unit: 5}\n", "a limit must not replace itself"},
+		{"unlimited_with_requests_per_unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, requests_per_unit: 5}\n", ""},
 		{"unlimited_with_unit", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, unit: day, requests_per_unit: 25}\n", "an unlimited rate_limit must not set unit"},
 		{"share_threshold without a wildcard", "domain: d\ndescriptors:\n  - {key: k, value: v, share_threshold: true, rate_limit: {unit: day, requests_per_unit: 1}}\n", "share_threshold: only for a wildcard value"},
 		// Files the peer loads.

@@ -15,9 +15,13 @@ import (
 // as near_limit, as if every call were added to the counter (see
 // docs/decision-service.md, "Statistics").
 type peerStats struct {
-	nearRatio    float64
-	mu           sync.RWMutex
-	limits       map[string]*limitCounters
+	nearRatio float64
+	mu        sync.RWMutex
+	limits    map[string]*limitCounters
+	// notFound counts, per unknown domain, the descriptors asked about
+	// (ratelimit.service.rate_limit.<domain>.domain_not_found), for at
+	// most maxNotFoundDomains domains: callers choose the names.
+	notFound     map[string]*atomic.Uint64
 	globalShadow atomic.Uint64
 	// The service's own: reloads and calls.
 	loadSuccess, loadError, requests atomic.Uint64
@@ -185,6 +189,34 @@ func (p *peerStats) observe(name string, limit, before, after, hits int64, allow
 	add(&c.within, hits)
 }
 
+// maxNotFoundDomains bounds how many unknown domains get a
+// domain_not_found statistic; later ones are not counted.
+const maxNotFoundDomains = 100
+
+// domainNotFound counts n descriptors of a request for a domain the
+// configuration does not have, as envoyproxy/ratelimit does (one per
+// descriptor looked up).
+func (p *peerStats) domainNotFound(domain string, n int) {
+	p.mu.RLock()
+	c := p.notFound[domain]
+	p.mu.RUnlock()
+	if c == nil {
+		p.mu.Lock()
+		if c = p.notFound[domain]; c == nil && len(p.notFound) < maxNotFoundDomains {
+			if p.notFound == nil {
+				p.notFound = map[string]*atomic.Uint64{}
+			}
+			c = new(atomic.Uint64)
+			p.notFound[domain] = c
+		}
+		p.mu.Unlock()
+		if c == nil {
+			return
+		}
+	}
+	c.Add(uint64(n))
+}
+
 // observeLocalCache counts a call answered by the local over-limit cache.
 func (p *peerStats) observeLocalCache(name string, hits int64, shadow bool) {
 	c := p.get(name)
@@ -205,7 +237,9 @@ type PeerStat struct {
 
 // PeerStats returns envoyproxy/ratelimit's statistics counted so far
 // (Options.PeerStats), sorted by name: for each limit seen,
-// ratelimit.service.rate_limit.<domain>.<key path>.<stat>, and
+// ratelimit.service.rate_limit.<domain>.<key path>.<stat>; for each
+// unknown domain asked about (the first 100),
+// ratelimit.service.rate_limit.<domain>.domain_not_found; and
 // ratelimit.service.global_shadow_mode, ratelimit.service.config_load_success,
 // ratelimit.service.config_load_error,
 // ratelimit_server.ShouldRateLimit.total_requests and, for each other
@@ -222,6 +256,9 @@ func (s *Service) PeerStats() []PeerStat {
 		for i, v := range []*atomic.Uint64{&c.total, &c.over, &c.near, &c.within, &c.shadow, &c.overLocal} {
 			out = append(out, PeerStat{Name: "ratelimit.service.rate_limit." + name + "." + peerStatNames[i], Value: v.Load()})
 		}
+	}
+	for domain, c := range p.notFound {
+		out = append(out, PeerStat{Name: "ratelimit.service.rate_limit." + domain + ".domain_not_found", Value: c.Load()})
 	}
 	p.mu.RUnlock()
 	out = append(out,

@@ -46,11 +46,16 @@ type entryKey struct{ key, value string }
 
 // A wildcard value matches values by a pattern in which each "*" stands for
 // any run of characters, possibly empty: "foo*" is a prefix, "bar*b" and
-// "foo*bar*baz" match what they read as.
+// "foo*bar*baz" match what they read as. A configured key with a "*" in it
+// makes a joined wildcard: as in envoyproxy/ratelimit, the pattern is the
+// configured key_value (or the key alone) and it is matched against the
+// request entry's key and value joined with "_" ("hdr*" matches the entry
+// (hdrX, v), read as "hdrX_v").
 type wildcard struct {
-	key  string
-	glob []string // the pattern split at each "*"
-	next *node
+	key    string
+	glob   []string // the pattern split at each "*"
+	joined bool     // glob is matched against key + "_" + value
+	next   *node
 }
 
 // match reports whether v matches the pattern.
@@ -100,6 +105,9 @@ type level struct {
 	wildcard      bool
 	valueToMetric bool
 	share         bool
+	// shareValue is the value a share_threshold entry counts under: the
+	// value's pattern, or for a joined wildcard the key_value pattern.
+	shareValue string
 }
 
 func compileTree(domain string, descs []Descriptor) *node {
@@ -110,7 +118,16 @@ func compileLevel(domain string, descs []Descriptor, parent []level) *node {
 	n := &node{values: map[entryKey]*node{}, defaults: map[string]*node{}}
 	for i := range descs {
 		d := &descs[i]
-		lv := level{key: d.Key, value: d.Value, wildcard: strings.Contains(d.Value, "*"), valueToMetric: d.ValueToMetric, share: d.ShareThreshold}
+		keyWild := strings.Contains(d.Key, "*")
+		joined := d.Key
+		if d.Value != "" {
+			joined += "_" + d.Value
+		}
+		lv := level{key: d.Key, value: d.Value, wildcard: keyWild || strings.Contains(d.Value, "*"), valueToMetric: d.ValueToMetric,
+			share: d.ShareThreshold, shareValue: d.Value}
+		if keyWild {
+			lv.shareValue = joined
+		}
 		path := append(append([]level(nil), parent...), lv)
 		child := compileLevel(domain, d.Descriptors, path)
 		child.path = path
@@ -135,6 +152,8 @@ func compileLevel(domain string, descs []Descriptor, parent []level) *node {
 			child.rule.metadata = d.Metadata
 		}
 		switch {
+		case keyWild:
+			n.wildcards = append(n.wildcards, wildcard{glob: strings.Split(joined, "*"), joined: true, next: child})
 		case d.Value == "":
 			n.defaults[d.Key] = child
 		case lv.wildcard:
@@ -185,7 +204,7 @@ func (n *node) statName(domain string, entries int, entry func(int) (string, str
 
 // lookup finds the node of a request descriptor given as its entries'
 // keys and values, or nil. An entry is matched by key and value first,
-// then by a wildcard value (in file order), then by key alone. The node's
+// then by a wildcard (in file order), then by key alone. The node's
 // rule applies only when the request descriptor ends where it is
 // configured: a longer or shorter request descriptor matches nothing, as
 // in envoyproxy/ratelimit.
@@ -195,8 +214,18 @@ func (n *node) lookup(entries int, entry func(int) (string, string)) *node {
 		k, v := entry(i)
 		next := cur.values[entryKey{k, v}]
 		if next == nil {
+			joined := ""
 			for i := range cur.wildcards {
-				if w := &cur.wildcards[i]; w.key == k && w.match(v) {
+				w := &cur.wildcards[i]
+				if w.joined {
+					if joined == "" {
+						joined = k + "_" + v
+					}
+					if w.match(joined) {
+						next = w.next
+						break
+					}
+				} else if w.key == k && w.match(v) {
 					next = w.next
 					break
 				}

@@ -45,6 +45,63 @@ descriptors:
 	}
 }
 
+// TestKeyWildcard: a configured key with "*" in it is matched, as in
+// envoyproxy/ratelimit, against the request entry's key and value joined
+// with "_": "hdr*" matches (hdrX, v) and (hdr, anything); "a*_lit" (key
+// "a*", value "lit") matches keys starting with "a" whose value ends the
+// joined string with "_lit". Exact entries and plain keys come first, and a
+// share_threshold key wildcard counts each request key under the pattern.
+func TestKeyWildcard(t *testing.T) {
+	cfg := mustParse(t, `
+domain: d
+descriptors:
+  - {key: exact, rate_limit: {unit: minute, requests_per_unit: 9}}
+  - {key: "hdr*", rate_limit: {unit: minute, requests_per_unit: 1}}
+  - {key: "a*", value: lit, rate_limit: {unit: minute, requests_per_unit: 2}}
+  - {key: "s*", share_threshold: true, rate_limit: {unit: minute, requests_per_unit: 3}}
+`)
+	tree := compileTree("d", cfg.Domains[0].Descriptors)
+	for _, tc := range []struct {
+		key, value string
+		want       uint32 // 0: no rule
+	}{
+		{"hdrX", "v", 1}, {"hdr", "", 1}, {"hdr", "any", 1}, {"hd", "r", 0},
+		{"ab", "lit", 2}, {"a", "lit", 2}, {"ab", "lit2", 0}, {"b", "lit", 0},
+		{"exact", "v", 9}, {"exac", "t", 0},
+	} {
+		n := tree.lookup(1, func(int) (string, string) { return tc.key, tc.value })
+		var got uint32
+		if n != nil {
+			got = n.rule.specs[0].RequestsPerUnit
+		}
+		if got != tc.want {
+			t.Errorf("(%q, %q): limit %d, want %d", tc.key, tc.value, got, tc.want)
+		}
+	}
+	// Decided through the service: the pattern limits, once per counter.
+	s := newService(t, `
+domain: d
+descriptors:
+  - {key: "hdr*", rate_limit: {unit: hour, requests_per_unit: 1}}
+  - {key: "s*", share_threshold: true, rate_limit: {unit: hour, requests_per_unit: 1}}
+`, newClock(t0).opts())
+	for _, c := range []struct {
+		key, value string
+		want       rlspb.RateLimitResponse_Code
+	}{
+		{"hdrX", "v", rlspb.RateLimitResponse_OK},
+		{"hdrX", "v", rlspb.RateLimitResponse_OVER_LIMIT},
+		{"hdrY", "v", rlspb.RateLimitResponse_OK}, // its own counter
+		{"s1", "a", rlspb.RateLimitResponse_OK},
+		{"s1", "b", rlspb.RateLimitResponse_OVER_LIMIT}, // shared across values
+	} {
+		resp, err := s.ShouldRateLimit(context.Background(), request("d", desc(c.key, c.value)))
+		if err != nil || resp.OverallCode != c.want {
+			t.Fatalf("(%s, %s): %v %v, want %v", c.key, c.value, resp.GetOverallCode(), err, c.want)
+		}
+	}
+}
+
 // TestWholeSecondReset: duration_until_reset is in whole seconds, rounded
 // up, as envoyproxy/ratelimit answers it.
 func TestWholeSecondReset(t *testing.T) {

@@ -602,6 +602,9 @@ func (s *Service) Decide(ctx context.Context, req *rlspb.RateLimitRequest, now t
 		return nil, ErrNoConfig
 	}
 	tree := g.domains[req.GetDomain()]
+	if tree == nil && s.peer != nil {
+		s.peer.domainNotFound(req.GetDomain(), len(descs))
+	}
 	hits := int64(req.GetHitsAddend())
 	if hits == 0 {
 		hits = 1
@@ -847,7 +850,7 @@ func counterKey(domain string, d *rlpb.RateLimitDescriptor, n *node) string {
 	for i, e := range entries {
 		v := e.GetValue()
 		if n != nil && n.shared && i < len(n.path) && n.path[i].share {
-			v = n.path[i].value
+			v = n.path[i].shareValue
 		}
 		parts = append(parts, e.GetKey(), v)
 	}
@@ -941,9 +944,10 @@ func (s *Service) after(domain string, d *rlpb.RateLimitDescriptor, m *match, no
 	s.recordTop(domain, d, !dec.Allowed, now)
 	if s.peer != nil {
 		// envoyproxy/ratelimit's accounting: the hits before and after
-		// this call, as if it had been added.
+		// this call, as if it had been added. The limit that denied a
+		// call reports the count the call would have reached.
 		after := int64(ls.Used)
-		if !ls.Counted {
+		if dec.Allowed && !ls.Counted {
 			after += m.cost
 		}
 		s.peer.observe(statName(domain, d, *m), int64(spec.RequestsPerUnit), after-m.cost, after, m.cost, dec.Allowed, r.shadow)

@@ -15,8 +15,15 @@ import (
 
 // StatsdOptions configure a StatsdSink.
 type StatsdOptions struct {
-	// Addr is the statsd server's UDP host:port.
+	// Addr is the statsd server's host:port.
 	Addr string
+	// Protocol is "udp" (the default when empty) or "tcp": gostats, the
+	// statistics library of envoyproxy/ratelimit's plain statsd, sends
+	// over TCP unless STATSD_PROTOCOL says udp. Over TCP each line ends
+	// with a newline; a server that is down or goes away is dialled again
+	// at the next send, and what could not be sent meanwhile is lost, as
+	// with a lost datagram.
+	Protocol string
 	// Interval is how often counters are sent; zero means 10 s
 	// (envoyproxy/ratelimit's STATS_FLUSH_INTERVAL).
 	Interval time.Duration
@@ -97,7 +104,7 @@ func expandGroups(tmpl string, match []string) string {
 }
 
 // A StatsdSink sends a Service's envoyproxy/ratelimit statistics (see
-// Service.PeerStats) to statsd over UDP: every Interval, each counter that
+// Service.PeerStats) to statsd over UDP or TCP: every Interval, each counter that
 // grew is sent as "name:delta|c"; every second (or Interval, if shorter),
 // each gRPC ShouldRateLimit call since the last send is one timer line,
 // "ratelimit_server.ShouldRateLimit.response_time:ms|ms", its duration in
@@ -106,7 +113,9 @@ func expandGroups(tmpl string, match []string) string {
 // Close.
 type StatsdSink struct {
 	svc        *Service
-	conn       net.Conn
+	addr       string
+	tcp        bool
+	conn       net.Conn // nil over TCP until dialled, and after a failed write
 	extraTags  []string // EXTRA_TAGS as k:v, sorted
 	mogrifiers []Mogrifier
 	every      time.Duration
@@ -142,11 +151,26 @@ func (s *Service) StartStatsd(opts StatsdOptions) (*StatsdSink, error) {
 			return nil, fmt.Errorf("decision: statsd mogrifier %d has no pattern", i)
 		}
 	}
-	conn, err := net.Dial("udp", opts.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("decision: statsd %s: %w", opts.Addr, err)
+	var conn net.Conn
+	tcp := false
+	switch opts.Protocol {
+	case "", "udp":
+		c, err := net.Dial("udp", opts.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("decision: statsd %s: %w", opts.Addr, err)
+		}
+		conn = c
+	case "tcp":
+		// Dialled at the first send: a statsd server that starts after
+		// the service is no reason not to start.
+		if _, _, err := net.SplitHostPort(opts.Addr); err != nil {
+			return nil, fmt.Errorf("decision: statsd %s: %w", opts.Addr, err)
+		}
+		tcp = true
+	default:
+		return nil, fmt.Errorf("decision: statsd protocol %q: want udp or tcp", opts.Protocol)
 	}
-	k := &StatsdSink{svc: s, conn: conn, every: opts.Interval, sent: map[string]uint64{}, sentTimes: map[string]map[uint64]uint64{}, names: map[string]sentName{}, dog: opts.Dogstatsd, stop: make(chan struct{}), done: make(chan struct{})}
+	k := &StatsdSink{svc: s, addr: opts.Addr, tcp: tcp, conn: conn, every: opts.Interval, sent: map[string]uint64{}, sentTimes: map[string]map[uint64]uint64{}, names: map[string]sentName{}, dog: opts.Dogstatsd, stop: make(chan struct{}), done: make(chan struct{})}
 	if k.every <= 0 {
 		k.every = 10 * time.Second
 	}
@@ -217,12 +241,16 @@ func (k *StatsdSink) flush(counters bool) error {
 	var buf []byte
 	var errs []error
 	send := func() {
-		if len(buf) > 0 {
-			if _, err := k.conn.Write(buf); err != nil {
-				errs = append(errs, err)
-			}
-			buf = buf[:0]
+		if len(buf) == 0 {
+			return
 		}
+		if k.tcp {
+			buf = append(buf, '\n')
+		}
+		if err := k.write(buf); err != nil {
+			errs = append(errs, err)
+		}
+		buf = buf[:0]
 	}
 	addLine := func(line string) {
 		if len(buf)+1+len(line) > maxDatagram {
@@ -273,13 +301,43 @@ func (k *StatsdSink) flush(counters bool) error {
 	return errors.Join(errs...)
 }
 
+// statsdDialTimeout bounds a TCP dial to the statsd server.
+const statsdDialTimeout = time.Second
+
+// write sends b, dialling the TCP server first when there is no
+// connection; a TCP connection that fails a write is closed, to be
+// dialled again at the next send. Calls hold k.mu.
+func (k *StatsdSink) write(b []byte) error {
+	if k.conn == nil {
+		c, err := net.DialTimeout("tcp", k.addr, statsdDialTimeout)
+		if err != nil {
+			return fmt.Errorf("decision: statsd %s: %w", k.addr, err)
+		}
+		k.conn = c
+	}
+	if k.tcp {
+		_ = k.conn.SetWriteDeadline(time.Now().Add(statsdDialTimeout))
+	}
+	_, err := k.conn.Write(b)
+	if err != nil && k.tcp {
+		_ = k.conn.Close()
+		k.conn = nil
+	}
+	return err
+}
+
 // Close stops the goroutine, sends what is left and closes the socket.
 func (k *StatsdSink) Close() error {
 	var err error
 	k.closeOnce.Do(func() {
 		close(k.stop)
 		<-k.done
-		err = errors.Join(k.Flush(), k.conn.Close())
+		err = k.Flush()
+		k.mu.Lock()
+		if k.conn != nil {
+			err = errors.Join(err, k.conn.Close())
+		}
+		k.mu.Unlock()
 	})
 	return err
 }
