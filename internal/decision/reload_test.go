@@ -2,6 +2,7 @@ package decision
 
 import (
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -108,3 +109,45 @@ func TestReloadUnderLoad(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// The same rejected bytes delivered again (the watcher's first read of the
+// file the service started with) give the same error without a second log
+// line or load error; other bytes are read, and after a configuration is
+// applied the old bad bytes are read again.
+func TestRejectedOnce(t *testing.T) {
+	var logs syncLog
+	o := newClock(t0).opts()
+	o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	o.PeerStats = true
+	o.StartInvalid = true
+	bad := []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minutes}\n")
+	s, err := OpenFiles([]File{{Name: "c.yaml", Data: bad}}, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.ReloadFiles([]File{{Name: "c.yaml", Data: bad}}); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("the same bad file again: %v, want the config error", err)
+	}
+	if n := strings.Count(logs.String(), "config rejected"); n != 1 {
+		t.Fatalf("%d rejection lines, want 1:\n%s", n, logs.String())
+	}
+	loadErrors := func() uint64 {
+		for _, st := range s.PeerStats() {
+			if st.Name == "ratelimit.service.config_load_error" {
+				return st.Value
+			}
+		}
+		return 0
+	}
+	if n := loadErrors(); n != 1 {
+		t.Fatalf("config_load_error %d, want 1", n)
+	}
+	if err := s.ReloadFiles([]File{{Name: "c.yaml", Data: []byte(reloadV1)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReloadFiles([]File{{Name: "c.yaml", Data: bad}}); !errors.Is(err, ErrInvalidConfig) || loadErrors() != 2 {
+		t.Fatalf("bad bytes after a good config: %v, config_load_error %d; want a second rejection", err, loadErrors())
+	}
+}
+

@@ -172,6 +172,11 @@ type Service struct {
 	ownsStore    bool
 	reloadErrors atomic.Int64
 	lastError    atomic.Pointer[string]
+	// lastRejected is the configuration rejected last, until one is
+	// applied: the same bytes delivered again (the watcher's first read of
+	// the file the service started with) are not parsed, logged or counted
+	// again.
+	lastRejected atomic.Pointer[rejection]
 
 	healthyWithConfig bool
 	mergeDomains      bool
@@ -358,6 +363,9 @@ func openParsed(cfg *Config, parseErr error, digest string, opts Options) (*Serv
 			return nil, err
 		}
 		s.rejected(parseErr)
+		if errors.Is(parseErr, ErrInvalidConfig) {
+			s.lastRejected.Store(&rejection{digest, parseErr})
+		}
 		return s, nil
 	}
 	s, err := Open(cfg, opts)
@@ -382,6 +390,12 @@ func withStore(cfg *Config, override *StoreConfig) (*Config, error) {
 	c := *cfg
 	c.Store = *override
 	return &c, nil
+}
+
+// A rejection is a configuration that was not applied, by digest.
+type rejection struct {
+	digest string
+	err    error
 }
 
 // rejected records a configuration that was not applied.
@@ -506,8 +520,15 @@ func (s *Service) reload(digest string, parse func() (*Config, error)) error {
 	if g := s.gen.Load(); g.cfg != nil && digest == g.digest {
 		return nil
 	}
+	if r := s.lastRejected.Load(); r != nil && r.digest == digest {
+		return r.err
+	}
 	cfg, err := parse()
-	if err == nil {
+	if err != nil {
+		// Only a file that does not parse is the same error again; a
+		// store that could not open may open at the next delivery.
+		s.lastRejected.Store(&rejection{digest, err})
+	} else {
 		err = s.update(cfg, digest)
 	}
 	if err != nil {
@@ -515,6 +536,7 @@ func (s *Service) reload(digest string, parse func() (*Config, error)) error {
 	} else {
 		s.m.reloads.WithLabelValues("applied").Inc()
 		s.lastError.Store(nil)
+		s.lastRejected.Store(nil)
 		if s.peer != nil {
 			s.peer.loadSuccess.Add(1)
 		}
