@@ -119,7 +119,7 @@ func (a *api) noCounter(ref, id string) string {
 
 func (a *api) explain(w http.ResponseWriter, r *http.Request) {
 	var req gateway.ExplainRequest
-	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct == "multipart/form-data" || ct == "application/x-www-form-urlencoded" {
+	if ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type")); ct != "" && ct != "application/json" {
 		writeJSON(w, http.StatusUnsupportedMediaType, map[string]any{"message": "content type " + quote(ct) + " is not accepted here: the request to explain is a JSON object (application/json)"})
 		return
 	}

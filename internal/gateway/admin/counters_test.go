@@ -3,6 +3,7 @@ package admin
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -178,6 +179,12 @@ func TestCountersAPI(t *testing.T) {
 		}
 	}
 	big := `{"path":"/` + strings.Repeat("x", maxExplainBody) + `"}`
+	for _, ct := range []string{"application/yaml", "text/plain"} {
+		var out map[string]any
+		if code := doJSONType(t, admin+"/rate-limiting/explain", ct, "path: /x", &out); code != 415 || !strings.Contains(fmt.Sprint(out["message"]), "application/json") {
+			t.Errorf("explain of %s: %d %v; want 415 naming application/json", ct, code, out)
+		}
+	}
 	if res, err := http.Post(admin+"/rate-limiting/explain", "application/x-www-form-urlencoded", strings.NewReader("path=/x")); err != nil || res.StatusCode != 415 {
 		t.Errorf("explain of a form: %v %v; want 415", res.StatusCode, err)
 	}
@@ -191,6 +198,19 @@ func TestCountersAPI(t *testing.T) {
 	if !strings.Contains(metrics, `sluice_admin_actions_total{action="reset_counter",outcome="ok"} 1`) {
 		t.Fatal("the reset is not counted in sluice_admin_actions_total")
 	}
+}
+
+func doJSONType(t *testing.T, url, contentType, body string, out any) int {
+	t.Helper()
+	res, err := http.Post(url, contentType, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	if err := json.NewDecoder(res.Body).Decode(out); err != nil {
+		t.Fatalf("POST %s: %d, not JSON: %v", url, res.StatusCode, err)
+	}
+	return res.StatusCode
 }
 
 func toJSON(v any) string {

@@ -40,7 +40,11 @@ func (g *guard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength != 0 || r.Header.Get("Content-Type") != "" {
 			ct, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 			if !acceptedTypes[ct] {
-				writeJSON(w, http.StatusUnsupportedMediaType, map[string]any{"message": "content type " + quote(ct) + " is not accepted: use application/json, application/yaml, multipart/form-data or application/x-www-form-urlencoded"})
+				want := "application/json, application/yaml, multipart/form-data or application/x-www-form-urlencoded"
+				if r.URL.Path == "/rate-limiting/explain" {
+					want = "application/json" // the request to explain is a JSON object
+				}
+				writeJSON(w, http.StatusUnsupportedMediaType, map[string]any{"message": "content type " + quote(ct) + " is not accepted: use " + want})
 				return
 			}
 		}
