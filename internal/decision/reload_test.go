@@ -150,4 +150,3 @@ func TestRejectedOnce(t *testing.T) {
 		t.Fatalf("bad bytes after a good config: %v, config_load_error %d; want a second rejection", err, loadErrors())
 	}
 }
-
