@@ -304,6 +304,8 @@ func (p *parser) service(v any, path string) {
 		if s.Port == 0 {
 			s.Port = 443
 		}
+	case "":
+		// url did not parse: its error says so.
 	default:
 		p.errs.add(o.field("protocol"), "unsupported protocol %q (want http or https)", s.Protocol)
 	}
@@ -328,8 +330,8 @@ func (p *parser) service(v any, path string) {
 
 func (p *parser) serviceURL(s *Service, raw, path string) {
 	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		p.errs.add(path, "invalid url %q", field.RedactURL(raw))
+	if err != nil || u.Host == "" || u.Scheme == "" {
+		p.errs.add(path, "invalid url %q (want http://host[:port][/path] or https://...)", field.RedactURL(raw))
 		return
 	}
 	if u.RawQuery != "" || u.Fragment != "" || u.User != nil {

@@ -225,3 +225,15 @@ services:
 		t.Errorf("b: %s:%d path %q, want the url's host, port 80, no path", b.Host, b.Port, b.Path)
 	}
 }
+
+// TestServiceBadURLOneError: a url that does not parse, or has no scheme,
+// is one error at the url, not followed by one about the protocol it
+// could not give.
+func TestServiceBadURLOneError(t *testing.T) {
+	for _, u := range []string{"not a url", "//host.example/x", "host.example"} {
+		_, err := parse([]byte("_format_version: \"3.0\"\nservices:\n  - name: s\n    url: \"" + u + "\"\n"))
+		if err == nil || strings.Count(err.Error(), "services[0].") != 1 || !strings.Contains(err.Error(), "services[0].url: invalid url") {
+			t.Errorf("url %q: %v; want one error, at services[0].url", u, err)
+		}
+	}
+}
