@@ -230,6 +230,55 @@ type TopList struct {
 	Plugin  RateLimitPlugin   `json:"plugin"`
 	By      string            `json:"by"`
 	Entries []policy.TopEntry `json:"top"`
+	// Consumers names, for an instance counting by consumer, the
+	// consumers of the entries by id.
+	Consumers map[string]ConsumerRef `json:"consumers,omitempty"`
+}
+
+// ConsumerRef names a consumer of the configuration.
+type ConsumerRef struct {
+	ID       string `json:"id"`
+	Username string `json:"username,omitempty"`
+	CustomID string `json:"custom_id,omitempty"`
+}
+
+// consumerOf returns the consumer with id, for an instance counting by
+// consumer.
+func consumerOf(gen *generation, p inspectable, id string) (ConsumerRef, bool) {
+	if p.Info().Identifier != "consumer" {
+		return ConsumerRef{}, false
+	}
+	for _, c := range gen.cfg.Consumers {
+		if c.ID == id {
+			return ConsumerRef{c.ID, c.Username, c.CustomID}, true
+		}
+	}
+	return ConsumerRef{}, false
+}
+
+// topList builds the top list of one instance.
+func topList(gen *generation, in *instance, p inspectable, byName string, entries []policy.TopEntry) TopList {
+	l := TopList{Plugin: describe(in, p), By: byName, Entries: entries}
+	for _, e := range entries {
+		if c, ok := consumerOf(gen, p, e.Identifier); ok {
+			if l.Consumers == nil {
+				l.Consumers = map[string]ConsumerRef{}
+			}
+			l.Consumers[c.ID] = c
+		}
+	}
+	return l
+}
+
+// PluginConsumer returns the consumer an identifier value of instance ref
+// stands for (its id, username or custom_id), when the instance counts by
+// consumer.
+func (g *Gateway) PluginConsumer(ref, identifier string) (ConsumerRef, bool) {
+	gen, _, p, err := g.pluginOf(ref)
+	if err != nil {
+		return ConsumerRef{}, false
+	}
+	return consumerOf(gen, p, counterIdentifier(gen, p, identifier))
 }
 
 // Top returns the n heaviest identifiers of the last minute, by requests
@@ -241,11 +290,11 @@ func (g *Gateway) Top(ref string, by policy.TopBy, n int) ([]TopList, error) {
 	}
 	now := g.now()
 	if ref != "" {
-		in, p, err := g.plugin(ref)
+		gen, in, p, err := g.pluginOf(ref)
 		if err != nil {
 			return nil, err
 		}
-		return []TopList{{describe(in, p), byName, p.Top(now, by, n)}}, nil
+		return []TopList{topList(gen, in, p, byName, p.Top(now, by, n))}, nil
 	}
 	gen := g.gen.Load()
 	if gen == nil {
@@ -254,7 +303,7 @@ func (g *Gateway) Top(ref string, by policy.TopBy, n int) ([]TopList, error) {
 	out := []TopList{}
 	for _, in := range gen.insts {
 		if p := inspectableOf(in); p != nil {
-			out = append(out, TopList{describe(in, p), byName, p.Top(now, by, n)})
+			out = append(out, topList(gen, in, p, byName, p.Top(now, by, n)))
 		}
 	}
 	return out, nil

@@ -82,10 +82,15 @@ func (a *api) getCounter(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]any{"message": a.noCounter(ref, id)})
 		return
 	}
-	writeJSON(w, http.StatusOK, struct {
+	ans := struct {
 		Plugin pluginRef `json:"plugin"`
 		policy.Counter
-	}{p, c})
+		Consumer *gateway.ConsumerRef `json:"consumer,omitempty"`
+	}{Plugin: p, Counter: c}
+	if cr, ok := a.g.PluginConsumer(ref, id); ok {
+		ans.Consumer = &cr
+	}
+	writeJSON(w, http.StatusOK, ans)
 }
 
 func (a *api) deleteCounter(w http.ResponseWriter, r *http.Request) {

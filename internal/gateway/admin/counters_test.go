@@ -335,6 +335,18 @@ services:
 		}
 	}
 
+	// Consumers are named by username beside their id, in counters and top lists.
+	if a, b := call("/c"), call("/c"); a != 200 || b != 429 {
+		t.Fatalf("/c: %d %d", a, b)
+	}
+	if code, out := do("GET", "/rate-limiting/plugins/by-consumer/counters/alice"); code != 200 ||
+		fmt.Sprint(out["consumer"]) != "map[custom_id:crm-7 id:0c3f3a6e-1111-4a5b-9c8d-000000000001 username:alice]" {
+		t.Errorf("counter of alice: %d %v; want the consumer named", code, out["consumer"])
+	}
+	if code, out := do("GET", "/rate-limiting/top?plugin=by-consumer"); code != 200 || !strings.Contains(fmt.Sprint(out["data"]), "username:alice") {
+		t.Errorf("top of by-consumer: %d %v; want alice named", code, out)
+	}
+
 	code, out := do("DELETE", "/rate-limiting/plugins/by-consumer/counters/bob")
 	if msg, _ := out["message"].(string); code != 404 || !strings.Contains(msg, "'bob'") || !strings.Contains(msg, "identifier: consumer") || !strings.Contains(msg, "nothing was reset") {
 		t.Errorf("DELETE of a value nothing counts: %d %v; want 404 naming it, the identifier kind and that nothing was reset", code, out)

@@ -234,6 +234,11 @@
         b.dataset.instance = p.instance_name || "";
         b.addEventListener("click", () => reset(b, p.id, e.identifier));
         const id = text("td", e.identifier, "identifier");
+        const consumer = (list.consumers || {})[e.identifier];
+        if (consumer && (consumer.username || consumer.custom_id)) {
+          id.title = "consumer " + (consumer.username || consumer.custom_id);
+          id.append(text("span", " (" + (consumer.username || consumer.custom_id) + ")", "consumer"));
+        }
         rows.push([p.instance_name || p.name + " " + p.id.slice(0, 8), id, e.denied, e.requests, b]);
       }
     }
