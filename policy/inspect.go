@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/seed-008287da/sluice/ratelimit"
@@ -38,6 +40,45 @@ type StoreState struct {
 	// Counters is the number of counters this node holds for the
 	// namespace (for Redis: its local copies).
 	Counters int `json:"counters"`
+	// Redis is the Redis the namespace counts in, for the redis strategy.
+	Redis *RedisTarget `json:"redis,omitempty"`
+}
+
+// RedisTarget names the Redis a store counts in, without credentials.
+type RedisTarget struct {
+	Host           string   `json:"host,omitempty"`
+	Port           int64    `json:"port,omitempty"`
+	Database       int64    `json:"database,omitempty"`
+	SSL            bool     `json:"ssl,omitempty"`
+	SentinelMaster string   `json:"sentinel_master,omitempty"`
+	SentinelNodes  []string `json:"sentinel_nodes,omitempty"`
+	ClusterNodes   []string `json:"cluster_nodes,omitempty"`
+}
+
+// targetOf is the RedisTarget of c.
+func targetOf(c *RedisConfig) *RedisTarget {
+	t := &RedisTarget{Database: c.Database, SSL: c.SSL}
+	switch {
+	case len(c.ClusterNodes) > 0:
+		for _, n := range c.ClusterNodes {
+			t.ClusterNodes = append(t.ClusterNodes, net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)))
+		}
+	case len(c.SentinelNodes) > 0:
+		if c.SentinelMaster != nil {
+			t.SentinelMaster = *c.SentinelMaster
+		}
+		for _, n := range c.SentinelNodes {
+			t.SentinelNodes = append(t.SentinelNodes, net.JoinHostPort(n.Host, strconv.FormatInt(n.Port, 10)))
+		}
+	default:
+		if c.Host != nil {
+			t.Host = *c.Host
+		}
+		if c.Port != nil {
+			t.Port = *c.Port
+		}
+	}
+	return t
 }
 
 // LimitInfo is one configured window.
@@ -152,7 +193,7 @@ func (r *Registry) storeState(k storeKey, s Store) StoreState {
 func (h *redisHealth) state() StoreState {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	out := StoreState{State: "connected", Since: h.since}
+	out := StoreState{State: "connected", Since: h.since, Redis: h.target}
 	if h.degraded {
 		out.State, out.Reason = "fallback", h.reason
 	}

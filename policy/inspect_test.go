@@ -2,10 +2,14 @@ package policy
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/seed-008287da/sluice/internal/testservers"
 	"github.com/seed-008287da/sluice/ratelimit"
 )
 
@@ -280,5 +284,27 @@ func TestTopKeysRecordFuncBuildsOnlyRecorded(t *testing.T) {
 	got := top.Top(now, TopByDenied, 1)
 	if len(got) != 1 || got[0].Identifier != "k" || got[0].Denied != 10 || got[0].Requests != int64(allowedBuilt)*topSample+10 {
 		t.Fatalf("top: %+v, want k with 10 denied of %d", got, int64(allowedBuilt)*topSample+10)
+	}
+}
+
+// A Redis-backed instance's Info names the Redis it counts in (host, port,
+// database; Sentinel master and nodes; Cluster nodes), never a password.
+func TestInfoNamesRedis(t *testing.T) {
+	srv := testservers.Redis(t, testservers.RedisOptions{Password: "s3cret-pw"})
+	reg := newRegistry(t, RegistryOptions{})
+	a := newAdvanced(t, reg, `{"limit":[5],"window_size":[60],"namespace":"tgt","strategy":"redis","sync_rate":0,`+
+		`"redis":{"host":"127.0.0.1","port":`+strconv.Itoa(srv.Port())+`,"database":2,"password":"s3cret-pw"}}`)
+	st := a.Info().Store
+	if st.Redis == nil || st.Redis.Host != "127.0.0.1" || st.Redis.Port != int64(srv.Port()) || st.Redis.Database != 2 {
+		t.Fatalf("Info().Store.Redis = %+v", st.Redis)
+	}
+	b, _ := json.Marshal(a.Info())
+	if strings.Contains(string(b), "s3cret-pw") {
+		t.Fatalf("the password is in %s", b)
+	}
+	c := targetOf(&RedisConfig{SentinelMaster: ptr("mymaster"), SentinelNodes: []HostPort{{"10.0.0.1", 26379}}})
+	k := targetOf(&RedisConfig{ClusterNodes: []ClusterNode{{"10.0.0.2", 7000}, {"::1", 7001}}})
+	if fmt.Sprint(*c) != "{ 0 0 false mymaster [10.0.0.1:26379] []}" || fmt.Sprint(k.ClusterNodes) != "[10.0.0.2:7000 [::1]:7001]" {
+		t.Fatalf("sentinel %+v, cluster %+v", *c, *k)
 	}
 }

@@ -38,7 +38,8 @@ type redisHealth struct {
 	degraded bool
 	reason   string // of the fault that degraded it, "" for none
 	closed   bool
-	since    time.Time // of the last change of degraded
+	since    time.Time    // of the last change of degraded
+	target   *RedisTarget // the Redis it counts in
 }
 
 // set records the store's state; only a change, or a new fault while
@@ -137,7 +138,7 @@ func (r *Registry) newDefaultRedisStore(cfg RedisStoreConfig) (*storeEntry, erro
 	if cfg.SyncRate >= 0 {
 		syncRate = time.Duration(cfg.SyncRate * float64(time.Second))
 	}
-	health := &redisHealth{r: r, ns: cfg.Namespace, since: time.Now()}
+	health := &redisHealth{r: r, ns: cfg.Namespace, since: time.Now(), target: targetOf(&cfg.Redis)}
 	timeout := cfg.Timeout
 	if timeout <= 0 {
 		timeout = r.opts.RedisTimeout
