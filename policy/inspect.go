@@ -155,6 +155,24 @@ func (c *Counter) Empty() bool {
 	return len(c.Leases) == 0
 }
 
+// A CounterResetter reads and resets the counters of an instance
+// (Advanced, Basic, Concurrency).
+type CounterResetter interface {
+	Counter(ctx context.Context, identifier string, now time.Time) (Counter, error)
+	Reset(ctx context.Context, identifier string, now time.Time) error
+}
+
+// ResetCounter resets the counter of identifier in x and reports whether
+// x held a count for it, as Counter reads it (true when that read fails:
+// nothing can be said). The reset is sent either way: with a positive
+// sync_rate Counter reads this node's counters, and other nodes' counts
+// are in Redis only.
+func ResetCounter(ctx context.Context, x CounterResetter, identifier string, now time.Time) (held bool, err error) {
+	c, err := x.Counter(ctx, identifier, now)
+	held = err != nil || !c.Empty()
+	return held, x.Reset(ctx, identifier, now)
+}
+
 // Explanation is what a request would get from an instance, found without
 // counting it.
 type Explanation struct {

@@ -18,9 +18,10 @@ type LimitState struct {
 	// Used is the count the decision saw, including this call's cost when
 	// the call was counted in this limit: hits in a fixed window, the
 	// weighted rate of a sliding window (fractional), tokens taken from a
-	// bucket. The limit that denied a call (Decision.Denied) reports the
-	// count with the call's cost, the count it would have reached; the
-	// other limits of a denied call may or may not include it.
+	// bucket. A window that denied a call (Decision.Denied) reports the
+	// count with the call's cost, the count it would have reached; a
+	// bucket, the tokens taken without it. The other limits of a denied
+	// call may or may not include it.
 	Used float64
 	// Remaining is how many more units the limit would admit now, floored,
 	// never negative.

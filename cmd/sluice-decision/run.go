@@ -390,8 +390,8 @@ func listen(addr string) (net.Listener, error) {
 func serve(ctx context.Context, f *flags, hup <-chan os.Signal, log *slog.Logger, stdout io.Writer) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	// The HTTP listener opens first: the counters calls answer only the
-	// names of the address it is bound to (adminauth.LoopbackHosts).
+	// The HTTP listener opens first: on loopback, the counters calls
+	// answer only the loopback names of its port.
 	var hl net.Listener
 	if f.httpListen != "" {
 		l, err := listen(f.httpListen)
@@ -402,7 +402,7 @@ func serve(ctx context.Context, f *flags, hup <-chan os.Signal, log *slog.Logger
 		defer hl.Close()
 	}
 	opts := f.options(log, reg)
-	if hl != nil {
+	if hl != nil && adminauth.IsLoopback(f.httpListen) {
 		opts.AdminHosts = adminauth.LoopbackHosts(hl.Addr().String())
 	}
 	svc, err := f.load(opts)

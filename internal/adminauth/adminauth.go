@@ -2,9 +2,8 @@
 // sluice binary (the gateway's admin API, the decision service's counters
 // calls): the Kong-Admin-Token header, same-origin browser calls, the Host
 // names a listener answers, and whether a listen address is reachable from
-// other machines. It is shared
-// by the adapters, which never import each other; docs/admin-api.md
-// describes the behaviour.
+// other machines. It is shared by the adapters, which never import each
+// other; docs/admin-api.md describes the behaviour.
 package adminauth
 
 import (

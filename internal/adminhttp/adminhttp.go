@@ -78,13 +78,10 @@ func UnknownQuery(q url.Values, known ...string) error {
 
 // CounterRoutes serves GET (and HEAD) and DELETE on
 // /rate-limiting/plugins/{plugin}/counters/{identifier...} with get and
-// del, reading the path as sent: http.ServeMux would clean it first,
-// redirecting the identifier "/a/b" of a path-identifier plugin
-// (".../counters//a/b") to "a/b". The plugin and the identifier (the rest
-// of the path after "counters/", unescaped) are set as the request's path
-// values "plugin" and "identifier". Other paths go to next; another
-// method gets 405, a path that does not unescape 400, each with the body
-// errBody builds from a message.
+// del, reading the path as sent, never cleaned: the identifier "/a/b" of a
+// path-identifier plugin is ".../counters//a/b". The path values "plugin"
+// and "identifier" are set, unescaped. Other paths go to next; errBody
+// builds the answer to another method (405) or a bad escape (400).
 func CounterRoutes(next http.Handler, get, del http.HandlerFunc, errBody func(msg string) any) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rest, ok := strings.CutPrefix(r.URL.EscapedPath(), "/rate-limiting/plugins/")

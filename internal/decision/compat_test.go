@@ -1,6 +1,7 @@
 package decision
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -359,8 +360,8 @@ func TestPeerCasesOnRedis(t *testing.T) {
 // was already over) and those between the near-limit threshold and the
 // limit as near_limit; in shadow mode shadow_mode counts what over_limit
 // does. Limit 10, near-limit threshold 8: 12 hits from 0 are 2 over and 2
-// near; 7 hits from 0 are within; 5 hits from 7 are 2 over and 2 near.
-// A request for a domain not configured counts domain_not_found, once per
+// near; 7 hits from 0 are within; 5 hits from 7 are 2 over and 2 near; the
+// same for a token bucket of 10 an hour (nothing refills in the test). A request for a domain not configured counts domain_not_found, once per
 // descriptor.
 func TestPeerStatsMultiHit(t *testing.T) {
 	cfg := `
@@ -368,12 +369,13 @@ domain: d
 descriptors:
   - {key: k, rate_limit: {unit: hour, requests_per_unit: 10}}
   - {key: s, shadow_mode: true, rate_limit: {unit: hour, requests_per_unit: 10}}
+  - {key: b, rate_limit: {unit: hour, requests_per_unit: 10, algorithm: token_bucket}}
 `
 	eachBackendYAML(t, cfg, Options{PeerStats: true}, func(t *testing.T, b backend) {
 		for _, c := range []struct {
 			key  string
 			hits uint32
-		}{{"k", 12}, {"k", 7}, {"k", 5}, {"s", 12}} {
+		}{{"k", 12}, {"k", 7}, {"k", 5}, {"s", 12}, {"b", 12}, {"b", 7}, {"b", 5}} {
 			r := request("d", desc(c.key, "v"))
 			r.HitsAddend = c.hits
 			call(t, b.c, r)
@@ -386,6 +388,7 @@ descriptors:
 		for name, want := range map[string]uint64{
 			"k.total_hits": 24, "k.over_limit": 4, "k.near_limit": 4, "k.within_limit": 7,
 			"s.total_hits": 12, "s.over_limit": 2, "s.near_limit": 2, "s.shadow_mode": 2,
+			"b.total_hits": 24, "b.over_limit": 4, "b.near_limit": 4, "b.within_limit": 7,
 		} {
 			if v := got["ratelimit.service.rate_limit.d."+name]; v != want {
 				t.Errorf("%s = %d, want %d", name, v, want)
@@ -396,4 +399,36 @@ descriptors:
 			t.Errorf("nope.domain_not_found = %d, want 2", v)
 		}
 	})
+}
+
+// Statistic names are made safe as envoyproxy/ratelimit makes them (":"
+// and "|" to "_", the dots of an IPv4 address to "_"), and a name from a
+// request cannot carry a line of its own: control characters become "_".
+func TestSanitizeStatName(t *testing.T) {
+	for in, want := range map[string]string{
+		"d.remote_address_10.0.0.1":           "d.remote_address_10_0_0_1",
+		"d.k_a:b|c":                           "d.k_a_b_c",
+		"x:999|g\nratelimit.service.x:1000|c": "x_999_g_ratelimit.service.x_1000_c",
+		"d.version_1.2":                       "d.version_1.2",
+		"d.plain.k_v":                         "d.plain.k_v",
+	} {
+		if got := sanitizeStatName(in); got != want {
+			t.Errorf("%q: %q, want %q", in, got, want)
+		}
+	}
+	s := newService(t, "domain: d\ndescriptors: [{key: k, detailed_metric: true, rate_limit: {unit: hour, requests_per_unit: 5}}]\n",
+		func() Options { o := newClock(t0).opts(); o.PeerStats = true; return o }())
+	for _, r := range []*rlspb.RateLimitRequest{
+		request("x:1|g\nfake.over_limit:1000000|c\nz", desc("k", "v")),
+		request("d", desc("k", "10.0.0.1\nfake:1|c")),
+	} {
+		if _, err := s.ShouldRateLimit(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, st := range s.PeerStats() {
+		if strings.ContainsAny(st.Name, "\n:|") {
+			t.Errorf("unsafe statistic name %q", st.Name)
+		}
+	}
 }

@@ -23,10 +23,7 @@ func envoyKey(prefix, domain string, d *rlpb.RateLimitDescriptor, n *node) strin
 	b.WriteString(domain)
 	b.WriteByte('_')
 	for i, e := range d.GetEntries() {
-		v := e.GetValue()
-		if n != nil && n.shared && i < len(n.path) && n.path[i].share {
-			v = n.path[i].value
-		}
+		v := n.countedValue(i, e.GetValue())
 		b.WriteString(e.GetKey())
 		b.WriteByte('_')
 		b.WriteString(v)

@@ -113,8 +113,16 @@ func (s *Service) Reset(ctx context.Context, domain string, entries []Descriptor
 	if !ok {
 		return false, policy.ErrNotInspectable
 	}
-	if _, found, err := s.Counter(ctx, domain, entries, now); err == nil {
-		held = found
+	// As policy.ResetCounter: a failed read, or a token bucket (its
+	// tokens are not read as counts), says nothing, so held.
+	held = true
+	if c, err := in.Inspect(ctx, ratelimit.Request{Key: key, Limits: r.limits, Now: now}); err == nil && !hasBucket(r.limits) {
+		held = false
+		for _, st := range c {
+			if st.Current != 0 || st.Previous != 0 {
+				held = true
+			}
+		}
 	}
 	if err := in.Reset(ctx, ratelimit.Request{Key: key, Limits: r.limits, Now: now}); err != nil {
 		s.log.Error("decision: resetting a counter failed", "domain", domain, "counter_key", key, "err", err)
@@ -292,4 +300,13 @@ func (s *Service) serveTop(w http.ResponseWriter, r *http.Request) {
 func (s *Service) hasDomain(domain string) bool {
 	_, ok := s.gen.Load().domains[domain]
 	return ok
+}
+
+func hasBucket(ls []ratelimit.Limit) bool {
+	for _, l := range ls {
+		if l.Algorithm == ratelimit.TokenBucket {
+			return true
+		}
+	}
+	return false
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"github.com/seed-008287da/sluice/internal/adminauth"
 	"github.com/seed-008287da/sluice/internal/testservers"
 )
@@ -209,5 +211,25 @@ func TestInspectAdminHosts(t *testing.T) {
 	}
 	if code, out := call("GET", "/rate-limiting/counters?domain=nope&key=k&value=v", local); code != 404 || !strings.Contains(fmt.Sprint(out["error"]), `"nope"`) {
 		t.Errorf("an unknown domain: %d %v; want 404 naming it", code, out)
+	}
+}
+
+// A token bucket's tokens are not read as counts, so a reset of one is
+// never answered "nothing was reset".
+func TestResetTokenBucket(t *testing.T) {
+	s := newService(t, "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2, algorithm: token_bucket}\n", newClock(t0).opts())
+	h := httptest.NewServer(s.Handler())
+	defer h.Close()
+	for range 3 {
+		if _, err := s.ShouldRateLimit(t.Context(), request("edge", desc("k", "v"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code := httpDo(t, "DELETE", h.URL+"/rate-limiting/counters?domain=edge&key=k&value=v", nil); code != 204 {
+		t.Fatalf("DELETE of a token bucket: %d, want 204", code)
+	}
+	resp, err := s.ShouldRateLimit(t.Context(), request("edge", desc("k", "v")))
+	if err != nil || resp.OverallCode != rlspb.RateLimitResponse_OK {
+		t.Fatalf("after the reset: %v %v, want OK", resp.GetOverallCode(), err)
 	}
 }

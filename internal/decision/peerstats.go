@@ -2,7 +2,9 @@ package decision
 
 import (
 	"math"
+	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -140,6 +142,7 @@ func newPeerStats(nearRatio float64) *peerStats {
 }
 
 func (p *peerStats) get(name string) *limitCounters {
+	name = sanitizeStatName(name)
 	p.mu.RLock()
 	c := p.limits[name]
 	p.mu.RUnlock()
@@ -197,6 +200,7 @@ const maxNotFoundDomains = 100
 // configuration does not have, as envoyproxy/ratelimit does (one per
 // descriptor looked up).
 func (p *peerStats) domainNotFound(domain string, n int) {
+	domain = sanitizeStatName(domain)
 	p.mu.RLock()
 	c := p.notFound[domain]
 	p.mu.RUnlock()
@@ -275,3 +279,38 @@ func (s *Service) PeerStats() []PeerStat {
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
+
+// ipv4 finds IPv4 addresses in a statistic's name.
+var ipv4 = regexp.MustCompile(`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`)
+
+// sanitizeStatName makes a statistic's name safe for statsd, as
+// envoyproxy/ratelimit does: ":" and "|" become "_", and so do the dots of
+// an IPv4 address (a remote_address value); control characters too, so
+// that a name from a request (a domain, a detailed_metric value) cannot
+// end a line and write one of its own.
+func sanitizeStatName(s string) string {
+	if !needsSanitizing(s) {
+		return s
+	}
+	b := []byte(s)
+	for i, c := range b {
+		if c == ':' || c == '|' || c < 0x20 || c == 0x7f {
+			b[i] = '_'
+		}
+	}
+	return ipv4.ReplaceAllStringFunc(string(b), func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
+}
+
+func needsSanitizing(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == ':' || c == '|' || c < 0x20 || c == 0x7f:
+			return true
+		case c == '.' && i > 0 && i+1 < len(s) && isDigit(s[i-1]) && isDigit(s[i+1]):
+			return true
+		}
+	}
+	return false
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }

@@ -165,6 +165,16 @@ func compileLevel(domain string, descs []Descriptor, parent []level) *node {
 	return n
 }
 
+// countedValue is the value the i-th entry of a request descriptor matched
+// at n counts under: its own, or the pattern of a share_threshold
+// wildcard. n may be nil (a limit override).
+func (n *node) countedValue(i int, v string) string {
+	if n != nil && n.shared && i < len(n.path) && n.path[i].share {
+		return n.path[i].shareValue
+	}
+	return v
+}
+
 // statName names the statistics of a request descriptor matched at n, as
 // envoyproxy/ratelimit names them: the configured path, or with
 // detailed_metric every entry's key_value from the request, or with
@@ -184,7 +194,7 @@ func (n *node) statName(domain string, entries int, entry func(int) (string, str
 		use := ""
 		switch {
 		case l.share:
-			use = l.value
+			use = l.shareValue
 		case n.detailed:
 			use = v
 		case l.wildcard && l.valueToMetric:

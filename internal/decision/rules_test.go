@@ -78,6 +78,22 @@ descriptors:
 			t.Errorf("(%q, %q): limit %d, want %d", tc.key, tc.value, got, tc.want)
 		}
 	}
+	// A share_threshold key wildcard counts (s1, a) under s1 and the
+	// pattern, in sluice's keys and the peer's Redis keys, as
+	// envoyproxy/ratelimit does (its key s1_s*); its statistics are named by
+	// the configured path.
+	d := desc("s1", "a")
+	n := tree.lookup(1, func(int) (string, string) { return "s1", "a" })
+	if got := envoyKey("", "d", d, n); got != "d_s1_s*_" {
+		t.Errorf("envoyKey = %q, want d_s1_s*_", got)
+	}
+	if got, other := counterKey("d", d, n), counterKey("d", desc("s1", "b"), n); got != other {
+		t.Errorf("counter keys of (s1, a) and (s1, b) differ: %q, %q", got, other)
+	}
+	if got := statName("d", d, match{node: n, rule: n.rule}); got != "d.s*" {
+		t.Errorf("statName = %q, want the configured path d.s*", got)
+	}
+
 	// Decided through the service: the pattern limits, once per counter.
 	s := newService(t, `
 domain: d

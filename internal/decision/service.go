@@ -521,6 +521,8 @@ func (s *Service) reload(digest string, parse func() (*Config, error)) error {
 		return nil
 	}
 	if r := s.lastRejected.Load(); r != nil && r.digest == digest {
+		msg := r.err.Error()
+		s.lastError.Store(&msg)
 		return r.err
 	}
 	cfg, err := parse()
@@ -870,11 +872,7 @@ func counterKey(domain string, d *rlpb.RateLimitDescriptor, n *node) string {
 	var inline [10]string
 	parts := append(inline[:0], keyPrefix, domain)
 	for i, e := range entries {
-		v := e.GetValue()
-		if n != nil && n.shared && i < len(n.path) && n.path[i].share {
-			v = n.path[i].shareValue
-		}
-		parts = append(parts, e.GetKey(), v)
+		parts = append(parts, e.GetKey(), n.countedValue(i, e.GetValue()))
 	}
 	return ratelimit.Key(parts...)
 }
@@ -966,10 +964,11 @@ func (s *Service) after(domain string, d *rlpb.RateLimitDescriptor, m *match, no
 	s.recordTop(domain, d, !dec.Allowed, now)
 	if s.peer != nil {
 		// envoyproxy/ratelimit's accounting: the hits before and after
-		// this call, as if it had been added. The limit that denied a
-		// call reports the count the call would have reached.
+		// this call, as if it had been added. The window that denied a
+		// call reports the count the call would have reached; a bucket
+		// its tokens without the call.
 		after := int64(ls.Used)
-		if dec.Allowed && !ls.Counted {
+		if !ls.Counted && (dec.Allowed || ls.Limit.Algorithm == ratelimit.TokenBucket) {
 			after += m.cost
 		}
 		s.peer.observe(statName(domain, d, *m), int64(spec.RequestsPerUnit), after-m.cost, after, m.cost, dec.Allowed, r.shadow)

@@ -17,12 +17,9 @@ import (
 type StatsdOptions struct {
 	// Addr is the statsd server's host:port.
 	Addr string
-	// Protocol is "udp" (the default when empty) or "tcp": gostats, the
-	// statistics library of envoyproxy/ratelimit's plain statsd, sends
-	// over TCP unless STATSD_PROTOCOL says udp. Over TCP each line ends
-	// with a newline; a server that is down or goes away is dialled again
-	// at the next send, and what could not be sent meanwhile is lost, as
-	// with a lost datagram.
+	// Protocol is "udp" (when empty) or "tcp", as gostats' STATSD_PROTOCOL.
+	// Over TCP, a server that is down is dialled again at the next send;
+	// what it missed is lost, as a datagram would be.
 	Protocol string
 	// Interval is how often counters are sent; zero means 10 s
 	// (envoyproxy/ratelimit's STATS_FLUSH_INTERVAL).
@@ -240,8 +237,10 @@ func (k *StatsdSink) flush(counters bool) error {
 	defer k.mu.Unlock()
 	var buf []byte
 	var errs []error
+	down := false // a TCP server that failed this flush is not tried again in it
 	send := func() {
-		if len(buf) == 0 {
+		if len(buf) == 0 || down {
+			buf = buf[:0]
 			return
 		}
 		if k.tcp {
@@ -249,6 +248,7 @@ func (k *StatsdSink) flush(counters bool) error {
 		}
 		if err := k.write(buf); err != nil {
 			errs = append(errs, err)
+			down = k.tcp
 		}
 		buf = buf[:0]
 	}

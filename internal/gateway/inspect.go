@@ -127,13 +127,8 @@ func describe(in *instance, p inspectable) RateLimitPlugin {
 	return RateLimitPlugin{ID: e.ID, Name: e.Name, InstanceName: e.InstanceName, Scope: scopeOf(e), Info: p.Info()}
 }
 
-// plugin finds a rate-limiting instance by id or instance_name.
-func (g *Gateway) plugin(ref string) (*instance, inspectable, error) {
-	_, in, p, err := g.pluginOf(ref)
-	return in, p, err
-}
-
-// pluginOf is plugin, with the generation it belongs to.
+// pluginOf finds a rate-limiting instance by id or instance_name, with
+// the generation it belongs to.
 func (g *Gateway) pluginOf(ref string) (*generation, *instance, inspectable, error) {
 	gen := g.gen.Load()
 	if gen == nil {
@@ -170,9 +165,7 @@ func (g *Gateway) PluginCounter(ctx context.Context, ref, identifier string) (c 
 // ResetCounter clears every window (or every lease) of one identifier
 // value of the instance ref (a consumer's username or custom_id standing
 // for its id, as in PluginCounter), logs it and counts it in
-// sluice_admin_actions_total. held reports whether the instance held a
-// count for it, as PluginCounter reads it; the reset is sent either way
-// (in periodic mode other nodes' counts are in Redis only).
+// sluice_admin_actions_total. held is as policy.ResetCounter reports it.
 func (g *Gateway) ResetCounter(ctx context.Context, ref, identifier string) (held bool, err error) {
 	gen, in, p, err := g.pluginOf(ref)
 	if err != nil {
@@ -180,11 +173,8 @@ func (g *Gateway) ResetCounter(ctx context.Context, ref, identifier string) (hel
 		return false, err
 	}
 	id := counterIdentifier(gen, p, identifier)
-	now := g.now()
-	if c, err := p.Counter(ctx, id, now); err == nil {
-		held = !c.Empty()
-	}
-	if err := p.Reset(ctx, id, now); err != nil {
+	held, err = policy.ResetCounter(ctx, p, id, g.now())
+	if err != nil {
 		g.AdminAction("reset_counter", "error")
 		g.log.Error("admin: resetting a counter failed", "plugin", in.entity.Name, "plugin_id", in.entity.ID,
 			"identifier", identifier, "error", err.Error())

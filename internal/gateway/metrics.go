@@ -206,12 +206,9 @@ func (m *Metrics) RedisStateChanged(namespace string, degraded bool, err error) 
 	m.redisChanges.WithLabelValues(namespace, state).Inc()
 }
 
-// redisInUse makes the sluice_redis_fallback series of the Redis-backed
-// namespaces of the configuration just applied exist, at 0 until a state
-// change says otherwise, so that dashboards and alerts see a namespace
-// from its first configuration on; the series of namespaces the
-// configuration no longer uses (sluice_redis_fallback, sluice_redis_fault)
-// go, so that no series of a removed namespace stays behind.
+// redisInUse records the Redis-backed namespaces of the configuration just
+// applied: their sluice_redis_fallback series exist, at 0 until a state
+// change, and those of namespaces no longer used go.
 func (m *Metrics) redisInUse(namespaces map[string]bool) {
 	m.redisMu.Lock()
 	defer m.redisMu.Unlock()

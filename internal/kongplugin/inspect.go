@@ -144,7 +144,8 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // ListenInspect serves InspectHandler(token) on addr until ctx ends. An
 // address reachable from other machines needs a token; a loopback one
-// ("127.0.0.1:9901") may do without. It returns once the listener is
+// ("127.0.0.1:9901") may do without, and answers only its loopback names
+// (421 for another Host). It returns once the listener is
 // open, with its address, or with the error that kept it from opening.
 func (p *Process) ListenInspect(ctx context.Context, addr, token string) (net.Addr, error) {
 	if _, _, err := net.SplitHostPort(addr); err != nil {
@@ -157,7 +158,20 @@ func (p *Process) ListenInspect(ctx context.Context, addr, token string) (net.Ad
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: p.InspectHandler(token), ReadHeaderTimeout: 10 * time.Second}
+	h := p.InspectHandler(token)
+	if adminauth.IsLoopback(addr) {
+		// A page on another name resolved to 127.0.0.1 (DNS rebinding)
+		// reaches nothing.
+		hosts, next := adminauth.NewHosts(adminauth.LoopbackHosts(ln.Addr().String())), h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !hosts.Allows(r) {
+				writeJSON(w, http.StatusMisdirectedRequest, map[string]any{"message": adminauth.HostMessage(r.Host)})
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		_ = srv.Close()
@@ -189,9 +203,7 @@ func (p *Process) getCounter(w http.ResponseWriter, r *http.Request) {
 }
 
 // deleteCounter resets a counter: 204 when the plugin held a count for
-// the identifier (as getCounter reads it), 404 when it held none (the
-// reset is sent either way: in periodic mode other nodes' counts are in
-// Redis only).
+// the identifier, 404 when it held none (see policy.ResetCounter).
 func (p *Process) deleteCounter(w http.ResponseWriter, r *http.Request) {
 	if !adminauth.SameOrigin(r) {
 		writeJSON(w, http.StatusForbidden, map[string]any{"message": "cross-origin calls that change state are refused"})
@@ -203,12 +215,8 @@ func (p *Process) deleteCounter(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]any{"message": noPlugin(ref)})
 		return
 	}
-	now := p.now()
-	held := false
-	if c, err := pl.in.Counter(r.Context(), id, now); err == nil {
-		held = !c.Empty()
-	}
-	if err := pl.in.Reset(r.Context(), id, now); err != nil {
+	held, err := policy.ResetCounter(r.Context(), pl.in, id, p.now())
+	if err != nil {
 		p.log.Error("kongplugin: resetting a counter failed", "plugin", pl.Name, "namespace", pl.Namespace, "identifier", id, "error", err)
 		inspectError(w, err)
 		return

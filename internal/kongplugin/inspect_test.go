@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/seed-008287da/sluice/internal/kongplugin/kongtest"
@@ -87,5 +88,16 @@ func TestInspectListener(t *testing.T) {
 	}
 	if _, err := p.ListenInspect(ctx, "0.0.0.0:0", ""); err == nil {
 		t.Fatal("the inspect listener opened on a wildcard address")
+	}
+	// A DNS-rebinding page (another Host, its own Origin) reaches nothing;
+	// nor does a DELETE of a value never counted claim a reset.
+	rq, _ := http.NewRequest("DELETE", base+"/rate-limiting/plugins/insp/counters/c1", nil)
+	rq.Host = "rebind.evil.example:" + strings.Split(addr.String(), ":")[1]
+	rq.Header.Set("Origin", "http://"+rq.Host)
+	if res, err := http.DefaultClient.Do(rq); err != nil || res.StatusCode != http.StatusMisdirectedRequest {
+		t.Fatalf("DELETE with a foreign Host: %v %v; want 421", res, err)
+	}
+	if code := inspectCall(t, "DELETE", base+"/rate-limiting/plugins/insp/counters/nobody", &map[string]any{}); code != 404 {
+		t.Fatalf("DELETE of nothing: %d, want 404", code)
 	}
 }
