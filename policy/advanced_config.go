@@ -54,6 +54,8 @@ const (
 const (
 	WindowSliding = "sliding"
 	WindowFixed   = "fixed"
+	// WindowTokenBucket is the WindowType of a token bucket's state.
+	WindowTokenBucket = "token_bucket"
 )
 
 // Kong's default rejection.

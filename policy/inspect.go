@@ -111,7 +111,7 @@ type WindowState struct {
 	// at WindowStart) and of the one before it.
 	Current     int64     `json:"current"`
 	Previous    int64     `json:"previous"`
-	WindowStart time.Time `json:"window_start"`
+	WindowStart time.Time `json:"window_start,omitzero"`
 	// Rate is what is compared with Limit: Current for a fixed window,
 	// Current plus the overlapping share of Previous for a sliding one.
 	Rate float64 `json:"rate"`
@@ -244,6 +244,13 @@ func WindowStates(cs []ratelimit.CounterState, names []string, now time.Time) []
 	out := make([]WindowState, len(cs))
 	for i, c := range cs {
 		l := c.Limit
+		if l.Algorithm == ratelimit.TokenBucket {
+			out[i] = bucketState(c, now)
+			if i < len(names) {
+				out[i].Name = names[i]
+			}
+			continue
+		}
 		w := WindowState{Window: int64(l.Window / time.Second), WindowType: WindowSliding, Limit: l.Count,
 			Current: c.Current, Previous: c.Previous, WindowStart: c.Start}
 		if i < len(names) {
@@ -266,6 +273,26 @@ func WindowStates(cs []ratelimit.CounterState, names []string, now time.Time) []
 		out[i] = w
 	}
 	return out
+}
+
+// bucketState is a token bucket's WindowState: Current is the tokens
+// taken (the bucket's capacity less those left), Remaining those left,
+// Reset the seconds until it is full again; it has no window start.
+func bucketState(c ratelimit.CounterState, now time.Time) WindowState {
+	l := c.Limit
+	capacity := l.Capacity()
+	us := int64(l.Window / time.Microsecond) // one token's emission, as the stores count it
+	emission := time.Duration(max(1, (us+l.Count-1)/l.Count)) * time.Microsecond
+	remaining := capacity
+	if ahead := c.Start.Sub(now); ahead > 0 {
+		remaining = max(0, capacity-int64((ahead+emission-1)/emission))
+	}
+	w := WindowState{Window: int64(l.Window / time.Second), WindowType: WindowTokenBucket, Limit: l.Count,
+		Current: capacity - remaining, Rate: float64(capacity - remaining), Remaining: remaining}
+	if ahead := c.Start.Sub(now); ahead > 0 {
+		w.Reset = int64(math.Ceil(ahead.Seconds()))
+	}
+	return w
 }
 
 // planNames are the window names of p, as the headers show them.

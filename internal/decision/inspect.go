@@ -93,12 +93,7 @@ func (s *Service) Counter(ctx context.Context, domain string, entries []Descript
 	}
 	c = Counter{Domain: domain, Descriptor: entries, CounterKey: key, Rule: r.name, Shadow: r.shadow,
 		Windows: policy.WindowStates(cs, nil, now)}
-	for _, w := range c.Windows {
-		if w.Current != 0 || w.Previous != 0 {
-			found = true
-		}
-	}
-	return c, found, nil
+	return c, heldAny(cs, now), nil
 }
 
 // Reset clears every window of a request descriptor in domain; in Redis,
@@ -113,16 +108,10 @@ func (s *Service) Reset(ctx context.Context, domain string, entries []Descriptor
 	if !ok {
 		return false, policy.ErrNotInspectable
 	}
-	// As policy.ResetCounter: a failed read, or a token bucket (its
-	// tokens are not read as counts), says nothing, so held.
+	// As policy.ResetCounter: a failed read says nothing, so held.
 	held = true
-	if c, err := in.Inspect(ctx, ratelimit.Request{Key: key, Limits: r.limits, Now: now}); err == nil && !hasBucket(r.limits) {
-		held = false
-		for _, st := range c {
-			if st.Current != 0 || st.Previous != 0 {
-				held = true
-			}
-		}
+	if cs, err := in.Inspect(ctx, ratelimit.Request{Key: key, Limits: r.limits, Now: now}); err == nil {
+		held = heldAny(cs, now)
 	}
 	if err := in.Reset(ctx, ratelimit.Request{Key: key, Limits: r.limits, Now: now}); err != nil {
 		s.log.Error("decision: resetting a counter failed", "domain", domain, "counter_key", key, "err", err)
@@ -302,9 +291,11 @@ func (s *Service) hasDomain(domain string) bool {
 	return ok
 }
 
-func hasBucket(ls []ratelimit.Limit) bool {
-	for _, l := range ls {
-		if l.Algorithm == ratelimit.TokenBucket {
+// heldAny reports whether any of cs holds something that affects a
+// decision at now (a count, a bucket not full).
+func heldAny(cs []ratelimit.CounterState, now time.Time) bool {
+	for i := range cs {
+		if !cs[i].Empty(now) {
 			return true
 		}
 	}

@@ -214,22 +214,30 @@ func TestInspectAdminHosts(t *testing.T) {
 	}
 }
 
-// A token bucket's tokens are not read as counts, so a reset of one is
-// never answered "nothing was reset".
+// A token bucket's counter shows the tokens taken and left and when it is
+// full again; a full bucket holds nothing.
 func TestResetTokenBucket(t *testing.T) {
-	s := newService(t, "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2, algorithm: token_bucket}\n", newClock(t0).opts())
-	h := httptest.NewServer(s.Handler())
-	defer h.Close()
-	for range 3 {
-		if _, err := s.ShouldRateLimit(t.Context(), request("edge", desc("k", "v"))); err != nil {
-			t.Fatal(err)
+	cfg := "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 2, algorithm: token_bucket}\n"
+	eachBackendYAML(t, cfg, newClock(t0).opts(), func(t *testing.T, b backend) {
+		h := httptest.NewServer(b.s.Handler())
+		defer h.Close()
+		for range 3 {
+			call(t, b.c, request("edge", desc("k", "v")))
 		}
-	}
-	if code := httpDo(t, "DELETE", h.URL+"/rate-limiting/counters?domain=edge&key=k&value=v", nil); code != 204 {
-		t.Fatalf("DELETE of a token bucket: %d, want 204", code)
-	}
-	resp, err := s.ShouldRateLimit(t.Context(), request("edge", desc("k", "v")))
-	if err != nil || resp.OverallCode != rlspb.RateLimitResponse_OK {
-		t.Fatalf("after the reset: %v %v, want OK", resp.GetOverallCode(), err)
-	}
+		url := h.URL + "/rate-limiting/counters?domain=edge&key=k&value=v"
+		var c Counter
+		if code := httpDo(t, "GET", url, &c); code != 200 || len(c.Windows) != 1 ||
+			c.Windows[0].WindowType != "token_bucket" || c.Windows[0].Current != 2 || c.Windows[0].Remaining != 0 || c.Windows[0].Reset != 3600 {
+			t.Fatalf("GET of an empty token bucket: %d %+v; want 2 tokens taken, none left, full in 3600 s", code, c)
+		}
+		if code := httpDo(t, "DELETE", url, nil); code != 204 {
+			t.Fatalf("DELETE of a token bucket: %d, want 204", code)
+		}
+		if code := httpDo(t, "GET", url, &map[string]any{}); code != 404 {
+			t.Fatalf("GET of a full token bucket: %d, want 404 (nothing held)", code)
+		}
+		if resp := call(t, b.c, request("edge", desc("k", "v"))); resp.OverallCode != rlspb.RateLimitResponse_OK {
+			t.Fatalf("after the reset: %v, want OK", resp.OverallCode)
+		}
+	})
 }
