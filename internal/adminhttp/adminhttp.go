@@ -73,7 +73,24 @@ func UnknownQuery(q url.Values, known ...string) error {
 		return nil
 	}
 	slices.Sort(unknown)
-	return fmt.Errorf("%s: unknown query parameter (this call takes %s)", unknown[0], strings.Join(known, ", "))
+	return &QueryError{Param: unknown[0], Message: "unknown query parameter (this call takes " + strings.Join(known, ", ") + ")"}
+}
+
+// A QueryError is a query parameter that cannot be used.
+type QueryError struct {
+	Param, Message string
+}
+
+func (e *QueryError) Error() string { return e.Param + ": " + e.Message }
+
+// ErrorBody is the JSON answer to err under key ("message" or "error"),
+// with "field" naming the query parameter of a QueryError.
+func ErrorBody(key string, err error) map[string]any {
+	ans := map[string]any{key: err.Error()}
+	if qe, ok := errors.AsType[*QueryError](err); ok {
+		ans["field"] = qe.Param
+	}
+	return ans
 }
 
 // CounterRoutes serves GET (and HEAD) and DELETE on
@@ -127,13 +144,13 @@ func TopQuery(q url.Values, scope string) (by policy.TopBy, byName string, n int
 	case "requests":
 		by, byName = policy.TopByRequests, "requests"
 	default:
-		return 0, "", 0, errors.New("by: want denied or requests")
+		return 0, "", 0, &QueryError{Param: "by", Message: "want denied or requests"}
 	}
 	n = 20
 	if s := q.Get("n"); s != "" {
 		v, err := strconv.Atoi(s)
 		if err != nil || v < 1 || v > MaxTop {
-			return 0, "", 0, fmt.Errorf("n: want a whole number from 1 to %d", MaxTop)
+			return 0, "", 0, &QueryError{Param: "n", Message: fmt.Sprintf("want a whole number from 1 to %d", MaxTop)}
 		}
 		n = v
 	}

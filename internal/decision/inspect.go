@@ -200,11 +200,11 @@ func descriptorQuery(q url.Values) (string, []DescriptorEntry, error) {
 	}
 	domain := q.Get("domain")
 	if domain == "" {
-		return "", nil, errors.New("domain: required")
+		return "", nil, &adminhttp.QueryError{Param: "domain", Message: "required"}
 	}
 	keys, values := q["key"], q["value"]
 	if len(keys) == 0 || len(keys) != len(values) {
-		return "", nil, errors.New("key, value: want one value per key, at least one key")
+		return "", nil, &adminhttp.QueryError{Param: "key", Message: "want key and value repeated, one value per key, at least one key"}
 	}
 	entries := make([]DescriptorEntry, len(keys))
 	for i := range keys {
@@ -227,7 +227,7 @@ func (s *Service) inspectError(w http.ResponseWriter, err error) {
 func (s *Service) serveCounter(w http.ResponseWriter, r *http.Request) {
 	domain, entries, err := descriptorQuery(r.URL.Query())
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeJSONValue(w, http.StatusBadRequest, adminhttp.ErrorBody("error", err))
 		return
 	}
 	c, found, err := s.Counter(r.Context(), domain, entries, s.now())
@@ -249,7 +249,7 @@ func (s *Service) serveReset(w http.ResponseWriter, r *http.Request) {
 	}
 	domain, entries, err := descriptorQuery(r.URL.Query())
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeJSONValue(w, http.StatusBadRequest, adminhttp.ErrorBody("error", err))
 		return
 	}
 	held, err := s.Reset(r.Context(), domain, entries, s.now())
@@ -275,7 +275,7 @@ func (s *Service) serveTop(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	by, _, n, err := adminhttp.TopQuery(q, "domain")
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeJSONValue(w, http.StatusBadRequest, adminhttp.ErrorBody("error", err))
 		return
 	}
 	if d := q.Get("domain"); d != "" && !s.hasDomain(d) {

@@ -97,7 +97,7 @@ func (p *Process) InspectHandler(token string) http.Handler {
 		q := r.URL.Query()
 		by, byName, n, err := adminhttp.TopQuery(q, "plugin")
 		if err != nil {
-			writeJSON(w, http.StatusBadRequest, map[string]any{"message": err.Error()})
+			writeJSON(w, http.StatusBadRequest, adminhttp.ErrorBody("message", err))
 			return
 		}
 		type list struct {

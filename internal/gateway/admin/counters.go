@@ -162,7 +162,7 @@ func (a *api) top(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	by, _, n, err := adminhttp.TopQuery(q, "plugin")
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]any{"message": err.Error()})
+		writeJSON(w, http.StatusBadRequest, adminhttp.ErrorBody("message", err))
 		return
 	}
 	lists, err := a.g.Top(q.Get("plugin"), by, n)

@@ -347,6 +347,10 @@ services:
 		t.Errorf("top of by-consumer: %d %v; want alice named", code, out)
 	}
 
+	if code, out := do("GET", "/rate-limiting/top?plugins=by-consumer"); code != 400 || out["field"] != "plugins" {
+		t.Errorf("top with a misspelt parameter: %d %v; want 400 with field plugins", code, out)
+	}
+
 	code, out := do("DELETE", "/rate-limiting/plugins/by-consumer/counters/bob")
 	if msg, _ := out["message"].(string); code != 404 || !strings.Contains(msg, "'bob'") || !strings.Contains(msg, "identifier: consumer") || !strings.Contains(msg, "nothing was reset") {
 		t.Errorf("DELETE of a value nothing counts: %d %v; want 404 naming it, the identifier kind and that nothing was reset", code, out)
