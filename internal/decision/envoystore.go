@@ -23,7 +23,7 @@ func envoyKey(prefix, domain string, d *rlpb.RateLimitDescriptor, n *node) strin
 	b.WriteString(domain)
 	b.WriteByte('_')
 	for i, e := range d.GetEntries() {
-		v := n.countedValue(i, e.GetValue())
+		v := n.countedValue(i, e.GetKey(), e.GetValue())
 		b.WriteString(e.GetKey())
 		b.WriteByte('_')
 		b.WriteString(v)

@@ -105,9 +105,19 @@ type level struct {
 	wildcard      bool
 	valueToMetric bool
 	share         bool
-	// shareValue is the value a share_threshold entry counts under: the
-	// value's pattern, or for a joined wildcard the key_value pattern.
-	shareValue string
+	// joined is the key_value pattern of a joined (key) wildcard, "" for
+	// others.
+	joined string
+}
+
+// patternValue is the value a wildcard level stands for in the counter
+// key and statistics of an entry with key k, as envoyproxy/ratelimit
+// writes it: the value's pattern, or the key_value pattern less "k_".
+func (l *level) patternValue(k string) string {
+	if l.joined == "" {
+		return l.value
+	}
+	return strings.TrimPrefix(l.joined, k+"_")
 }
 
 func compileTree(domain string, descs []Descriptor) *node {
@@ -124,9 +134,9 @@ func compileLevel(domain string, descs []Descriptor, parent []level) *node {
 			joined += "_" + d.Value
 		}
 		lv := level{key: d.Key, value: d.Value, wildcard: keyWild || strings.Contains(d.Value, "*"), valueToMetric: d.ValueToMetric,
-			share: d.ShareThreshold, shareValue: d.Value}
+			share: d.ShareThreshold}
 		if keyWild {
-			lv.shareValue = joined
+			lv.joined = joined
 		}
 		path := append(append([]level(nil), parent...), lv)
 		child := compileLevel(domain, d.Descriptors, path)
@@ -165,12 +175,12 @@ func compileLevel(domain string, descs []Descriptor, parent []level) *node {
 	return n
 }
 
-// countedValue is the value the i-th entry of a request descriptor matched
-// at n counts under: its own, or the pattern of a share_threshold
-// wildcard. n may be nil (a limit override).
-func (n *node) countedValue(i int, v string) string {
+// countedValue is the value the i-th entry (k, v) of a request
+// descriptor matched at n counts under: v, or the pattern of a
+// share_threshold wildcard. n may be nil (a limit override).
+func (n *node) countedValue(i int, k, v string) string {
 	if n != nil && n.shared && i < len(n.path) && n.path[i].share {
-		return n.path[i].shareValue
+		return n.path[i].patternValue(k)
 	}
 	return v
 }
@@ -194,12 +204,14 @@ func (n *node) statName(domain string, entries int, entry func(int) (string, str
 		use := ""
 		switch {
 		case l.share:
-			use = l.shareValue
+			use = l.patternValue(k)
 		case n.detailed:
 			use = v
 		case l.wildcard && l.valueToMetric:
 			use = v
-		case l.wildcard, l.value != "":
+		case l.wildcard:
+			use = l.patternValue(k)
+		case l.value != "":
 			use = l.value
 		case l.valueToMetric:
 			use = v

@@ -94,6 +94,24 @@ descriptors:
 		t.Errorf("statName = %q, want the configured path d.s*", got)
 	}
 
+	// With value_to_metric below it, a key wildcard is named as the peer
+	// names it: the request key and the pattern less "key_".
+	vt := compileTree("d", mustParse(t, `
+domain: d
+descriptors:
+  - key: "hdr*"
+    descriptors:
+      - {key: sub, value_to_metric: true, rate_limit: {unit: minute, requests_per_unit: 1}}
+`).Domains[0].Descriptors)
+	vd := desc("hdrX", "v", "sub", "1")
+	vn := vt.lookup(2, func(i int) (string, string) { return vd.Entries[i].Key, vd.Entries[i].Value })
+	if vn == nil {
+		t.Fatal("(hdrX, v), (sub, 1) matched nothing")
+	}
+	if got := statName("d", vd, match{node: vn, rule: vn.rule}); got != "d.hdrX_hdr*.sub_1" {
+		t.Errorf("statName = %q, want d.hdrX_hdr*.sub_1", got)
+	}
+
 	// Decided through the service: the pattern limits, once per counter.
 	s := newService(t, `
 domain: d

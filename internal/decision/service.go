@@ -872,7 +872,7 @@ func counterKey(domain string, d *rlpb.RateLimitDescriptor, n *node) string {
 	var inline [10]string
 	parts := append(inline[:0], keyPrefix, domain)
 	for i, e := range entries {
-		parts = append(parts, e.GetKey(), n.countedValue(i, e.GetValue()))
+		parts = append(parts, e.GetKey(), n.countedValue(i, e.GetKey(), e.GetValue()))
 	}
 	return ratelimit.Key(parts...)
 }
