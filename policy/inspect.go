@@ -14,6 +14,7 @@ import (
 	"github.com/seed-008287da/sluice/ratelimit"
 	"github.com/seed-008287da/sluice/ratelimit/memorystore"
 	"github.com/seed-008287da/sluice/ratelimit/redisstore"
+	"github.com/seed-008287da/sluice/ratelimit/storekit"
 )
 
 // Seeing and controlling who is limited: what an instance is (Info), the
@@ -281,8 +282,7 @@ func WindowStates(cs []ratelimit.CounterState, names []string, now time.Time) []
 func bucketState(c ratelimit.CounterState, now time.Time) WindowState {
 	l := c.Limit
 	capacity := l.Capacity()
-	us := int64(l.Window / time.Microsecond) // one token's emission, as the stores count it
-	emission := time.Duration(max(1, (us+l.Count-1)/l.Count)) * time.Microsecond
+	emission := time.Duration(storekit.Emission(&l)) * time.Microsecond
 	remaining := capacity
 	if ahead := c.Start.Sub(now); ahead > 0 {
 		remaining = max(0, capacity-int64((ahead+emission-1)/emission))

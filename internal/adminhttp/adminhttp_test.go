@@ -2,7 +2,6 @@ package adminhttp
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -108,7 +107,11 @@ func TestTopQuery(t *testing.T) {
 	} {
 		q, _ := url.ParseQuery(c.query)
 		_, by, n, err := TopQuery(q, "plugin")
-		if fmt.Sprint(err) != fmt.Sprint(c.err) && !(err == nil && c.err == "") {
+		got := ""
+		if err != nil {
+			got = err.Error()
+		}
+		if got != c.err {
 			t.Errorf("%q: error %v, want %q", c.query, err, c.err)
 		}
 		if c.err == "" && (n != c.n || by != c.by) {

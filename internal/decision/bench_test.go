@@ -13,6 +13,8 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/seed-008287da/sluice/internal/testservers"
 	"github.com/seed-008287da/sluice/ratelimit/memorystore"
@@ -238,4 +240,39 @@ func BenchmarkDecide(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkProtoCodec times what grpc-go's codec does per call for a
+// two-descriptor request and its answer (docs/benchmarks.md, "A fourth
+// run"): proto.Unmarshal of the request, proto.Marshal of the response.
+func BenchmarkProtoCodec(b *testing.B) {
+	req := request("bench", desc("user", "user-1234"), desc("client", "client-1234"))
+	raw, err := proto.Marshal(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	st := func() *rlspb.RateLimitResponse_DescriptorStatus {
+		return &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK,
+			CurrentLimit:       &rlspb.RateLimitResponse_RateLimit{RequestsPerUnit: 1000000000, Unit: rlspb.RateLimitResponse_RateLimit_HOUR},
+			LimitRemaining:     999999,
+			DurationUntilReset: durationpb.New(3000 * time.Second)}
+	}
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: []*rlspb.RateLimitResponse_DescriptorStatus{st(), st()}}
+	b.Run("unmarshal-request", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			var m rlspb.RateLimitRequest
+			if err := proto.Unmarshal(raw, &m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("marshal-response", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := proto.Marshal(resp); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

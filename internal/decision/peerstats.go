@@ -141,8 +141,9 @@ func newPeerStats(nearRatio float64) *peerStats {
 	return &peerStats{nearRatio: nearRatio, limits: map[string]*limitCounters{}}
 }
 
+// get returns the counters of a limit's statistics, name as statName
+// gives it (sanitized).
 func (p *peerStats) get(name string) *limitCounters {
-	name = sanitizeStatName(name)
 	p.mu.RLock()
 	c := p.limits[name]
 	p.mu.RUnlock()

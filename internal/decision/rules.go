@@ -154,7 +154,7 @@ func compileLevel(domain string, descs []Descriptor, parent []level) *node {
 			child.shared = child.shared || l.share
 			child.dynamicStats = child.dynamicStats || l.valueToMetric
 		}
-		child.statKey = sk.String()
+		child.statKey = sanitizeStatName(sk.String())
 		child.dynamicStats = child.dynamicStats || d.DetailedMetric
 		if d.RateLimit != nil {
 			child.rule = compileRule(d.RateLimit, d.ShadowMode)
@@ -189,7 +189,8 @@ func (n *node) countedValue(i int, k, v string) string {
 // envoyproxy/ratelimit names them: the configured path, or with
 // detailed_metric every entry's key_value from the request, or with
 // value_to_metric the request's value where the configuration has none
-// or a wildcard. A share_threshold entry is named by its pattern.
+// or a wildcard. A share_threshold entry is named by its pattern. Names
+// are sanitized (sanitizeStatName).
 func (n *node) statName(domain string, entries int, entry func(int) (string, string)) string {
 	if !n.dynamicStats {
 		return n.statKey
@@ -221,7 +222,7 @@ func (n *node) statName(domain string, entries int, entry func(int) (string, str
 			b.WriteString(use)
 		}
 	}
-	return b.String()
+	return sanitizeStatName(b.String())
 }
 
 // lookup finds the node of a request descriptor given as its entries'

@@ -877,7 +877,8 @@ func counterKey(domain string, d *rlpb.RateLimitDescriptor, n *node) string {
 	return ratelimit.Key(parts...)
 }
 
-// statName names the envoyproxy/ratelimit statistics of d matched as m.
+// statName names the envoyproxy/ratelimit statistics of d matched as m,
+// sanitized (sanitizeStatName).
 func statName(domain string, d *rlpb.RateLimitDescriptor, m match) string {
 	entries := d.GetEntries()
 	entry := func(i int) (string, string) { return entries[i].GetKey(), entries[i].GetValue() }
@@ -896,7 +897,7 @@ func statName(domain string, d *rlpb.RateLimitDescriptor, m match) string {
 			b.WriteString(v)
 		}
 	}
-	return b.String()
+	return sanitizeStatName(b.String())
 }
 
 // check counts d against m, writes its status into b and returns its

@@ -145,6 +145,16 @@ func (g *Gateway) pluginOf(ref string) (*generation, *instance, inspectable, err
 	return nil, nil, nil, fmt.Errorf("%w: %s", ErrNoPlugin, quoteRef(ref))
 }
 
+// RateLimitPlugin describes the rate-limiting instance with id or
+// instance_name ref.
+func (g *Gateway) RateLimitPlugin(ref string) (RateLimitPlugin, error) {
+	_, in, p, err := g.pluginOf(ref)
+	if err != nil {
+		return RateLimitPlugin{}, err
+	}
+	return describe(in, p), nil
+}
+
 // PluginCounter returns the counter of one identifier value of the
 // instance with id or instance_name ref. found is false when the
 // instance holds nothing for it. For an instance counting by consumer, a

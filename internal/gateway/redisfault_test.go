@@ -3,6 +3,7 @@ package gateway
 import (
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -138,27 +139,34 @@ services:
       - name: rate-limiting-advanced
         config: {limit: [10], window_size: [60], namespace: alone, strategy: local}
 `, rs.Port(), rs.Port()), up), Options{})
+	if got, want := gaugeSeries(t, g, "sluice_redis_fallback"), "sluice_redis_fallback{namespace=shared}=0 sluice_redis_fallback{namespace=|rate-limiting}=0"; got != want {
+		t.Fatalf("sluice_redis_fallback before any request: %s, want %s", got, want)
+	}
+}
+
+// gaugeSeries lists the series of the named gauges of g's registry,
+// sorted, as "name{label=value,...}=value" joined by spaces.
+func gaugeSeries(t *testing.T, g *Gateway, names ...string) string {
+	t.Helper()
 	mfs, err := g.metrics.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := map[string]float64{}
+	var got []string
 	for _, mf := range mfs {
-		if mf.GetName() != "sluice_redis_fallback" {
+		if !slices.Contains(names, mf.GetName()) {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			var labels []string
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "namespace" {
-					got[l.GetValue()] = m.GetGauge().GetValue()
-				}
+				labels = append(labels, l.GetName()+"="+l.GetValue())
 			}
+			got = append(got, fmt.Sprintf("%s{%s}=%v", mf.GetName(), strings.Join(labels, ","), m.GetGauge().GetValue()))
 		}
 	}
-	want := map[string]float64{"shared": 0, "|rate-limiting": 0}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("sluice_redis_fallback before any request: %v, want %v", got, want)
-	}
+	sort.Strings(got)
+	return strings.Join(got, " ")
 }
 
 // TestRedisSeriesGoWithNamespace: a reload that drops a Redis-backed
@@ -190,28 +198,7 @@ services:
 	if r := do(t, "GET", base+"/", nil); r.status != 200 {
 		t.Fatalf("with a wrong password: %d %s", r.status, r.body)
 	}
-	series := func() string {
-		t.Helper()
-		mfs, err := g.metrics.Registry.Gather()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, mf := range mfs {
-			if mf.GetName() != "sluice_redis_fallback" && mf.GetName() != "sluice_redis_fault" {
-				continue
-			}
-			for _, m := range mf.GetMetric() {
-				var labels []string
-				for _, l := range m.GetLabel() {
-					labels = append(labels, l.GetName()+"="+l.GetValue())
-				}
-				got = append(got, fmt.Sprintf("%s{%s}=%v", mf.GetName(), strings.Join(labels, ","), m.GetGauge().GetValue()))
-			}
-		}
-		sort.Strings(got)
-		return strings.Join(got, " ")
-	}
+	series := func() string { return gaugeSeries(t, g, "sluice_redis_fallback", "sluice_redis_fault") }
 	if s := series(); !strings.Contains(s, "sluice_redis_fault{namespace=pw,reason=wrongpass}=1") {
 		t.Fatalf("before the reload: %s; want pw's wrongpass fault", s)
 	}

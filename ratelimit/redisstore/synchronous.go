@@ -182,13 +182,8 @@ func checkExact(r *ratelimit.Request, cost int64) error {
 	return nil
 }
 
-// emission returns a token bucket's emission interval in microseconds,
-// W/Count rounded up and at least 1, as storekit.Apply computes it.
-func emission(l *ratelimit.Limit) uint64 {
-	wUs := uint64(l.Window / time.Microsecond)
-	c := uint64(l.Count)
-	return max((wUs+c-1)/c, 1)
-}
+// emission is storekit.Emission, unsigned.
+func emission(l *ratelimit.Limit) uint64 { return uint64(storekit.Emission(l)) }
 
 // mulSat returns a*b, saturating at MaxUint64.
 func mulSat(a, b uint64) uint64 {

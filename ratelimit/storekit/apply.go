@@ -143,7 +143,7 @@ func Apply(r *ratelimit.Request, cs []Counter) ratelimit.Decision {
 		st := ss.At(i)
 		if st.Counted && (l.Algorithm == ratelimit.TokenBucket || !r.Penalty) {
 			if l.Algorithm == ratelimit.TokenBucket {
-				cs[i].Start -= satMul(cost, emission(l))
+				cs[i].Start -= satMul(cost, Emission(l))
 			} else {
 				cs[i].Cur = beforeAt[i]
 			}
@@ -288,7 +288,7 @@ func windowWait(l *ratelimit.Limit, start, cur, prev, nowMs, nowNs, cost int64) 
 // the TAT moves (tentatively; Apply undoes it if the call is denied).
 func takeBucket(l *ratelimit.Limit, c *Counter, nowUs, cost int64, add bool, s *ratelimit.LimitState) time.Duration {
 	burst := l.Capacity()
-	t := emission(l)
+	t := Emission(l)
 	tau := satMul(burst, t) // bucket depth in µs
 	tat := max(c.Start, nowUs)
 	*s = ratelimit.LimitState{Limit: *l}
@@ -326,9 +326,10 @@ func micros(us int64) time.Duration {
 	return time.Duration(us) * time.Microsecond
 }
 
-// emission returns a token bucket's emission interval T: the microseconds
-// one unit takes to refill, rounded up.
-func emission(l *ratelimit.Limit) int64 {
+// Emission returns a token bucket's emission interval T: the microseconds
+// one unit takes to refill, rounded up, at least 1. Stores that keep a
+// bucket's TAT elsewhere (a script) and readers of its state use it.
+func Emission(l *ratelimit.Limit) int64 {
 	// The window in microseconds over Count, rounded up; both are
 	// positive in a valid limit.
 	w := int64(l.Window / time.Microsecond)
@@ -466,7 +467,7 @@ func tryLimit(l *ratelimit.Limit, c *Counter, cost, nowNs int64) (dst *int64, ne
 		if cost > burst {
 			return nil, 0
 		}
-		t := emission(l)
+		t := Emission(l)
 		nowUs := floorDiv(nowNs, int64(time.Microsecond))
 		tat := max(c.Start, nowUs)
 		inc := satMul(cost, t)

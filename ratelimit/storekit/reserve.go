@@ -70,7 +70,7 @@ func Reserve(r *ratelimit.Request, maxDelay time.Duration, cs []Counter) ratelim
 		l := &r.Limits[i]
 		c := &cs[i]
 		if l.Algorithm == ratelimit.TokenBucket {
-			c.Start = max(c.Start, t) + satMul(cost, emission(l))
+			c.Start = max(c.Start, t) + satMul(cost, Emission(l))
 			marks[i] = c.Start
 			continue
 		}
@@ -93,8 +93,8 @@ func Reserve(r *ratelimit.Request, maxDelay time.Duration, cs []Counter) ratelim
 func earliest(l *ratelimit.Limit, c *Counter, cost, t int64) (e, retry int64, ok bool) {
 	if l.Algorithm == ratelimit.TokenBucket {
 		// Admitted at t iff max(TAT, t) + cost*T - t <= tau.
-		tau := satMul(l.Capacity(), emission(l))
-		return max(t, c.Start+satMul(cost, emission(l))-tau), 0, true
+		tau := satMul(l.Capacity(), Emission(l))
+		return max(t, c.Start+satMul(cost, Emission(l))-tau), 0, true
 	}
 	w := int64(l.Window / time.Millisecond)
 	tMs := floorDiv(t, 1000)
@@ -152,7 +152,7 @@ func Unreserve(r *ratelimit.Request, b ratelimit.Booking, cs []Counter) {
 		c := &cs[i]
 		m := b.Marks[i]
 		if l.Algorithm == ratelimit.TokenBucket {
-			inc := satMul(cost, emission(l))
+			inc := satMul(cost, Emission(l))
 			if back := min(inc-(c.Start-m), inc); back > 0 {
 				c.Start -= back
 			}

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"mime"
 	"net/http"
@@ -53,22 +52,9 @@ func (a *api) listPlugins(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"data": ps})
 }
 
-func (a *api) plugin(ref string) (pluginRef, error) {
-	ps, err := a.g.RateLimitPlugins()
-	if err != nil {
-		return pluginRef{}, err
-	}
-	for _, p := range ps {
-		if p.ID == ref || (p.InstanceName != "" && p.InstanceName == ref) {
-			return pluginRef{p.ID, p.Name, p.InstanceName}, nil
-		}
-	}
-	return pluginRef{}, fmt.Errorf("%w: %s", gateway.ErrNoPlugin, quote(ref))
-}
-
 func (a *api) getCounter(w http.ResponseWriter, r *http.Request) {
 	ref, id := r.PathValue("plugin"), r.PathValue("identifier")
-	p, err := a.plugin(ref)
+	p, err := a.g.RateLimitPlugin(ref)
 	if err != nil {
 		inspectError(w, err)
 		return
@@ -79,14 +65,14 @@ func (a *api) getCounter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !found {
-		writeJSON(w, http.StatusNotFound, map[string]any{"message": a.noCounter(ref, id)})
+		writeJSON(w, http.StatusNotFound, map[string]any{"message": noCounter(p, ref, id)})
 		return
 	}
 	ans := struct {
 		Plugin pluginRef `json:"plugin"`
 		policy.Counter
 		Consumer *gateway.ConsumerRef `json:"consumer,omitempty"`
-	}{Plugin: p, Counter: c}
+	}{Plugin: pluginRef{p.ID, p.Name, p.InstanceName}, Counter: c}
 	if cr, ok := a.g.PluginConsumer(ref, id); ok {
 		ans.Consumer = &cr
 	}
@@ -101,23 +87,19 @@ func (a *api) deleteCounter(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !held {
-		writeJSON(w, http.StatusNotFound, map[string]any{"message": a.noCounter(ref, id) + "; nothing was reset"})
+		p, _ := a.g.RateLimitPlugin(ref) // the zero value if a reload took it away meanwhile
+		writeJSON(w, http.StatusNotFound, map[string]any{"message": noCounter(p, ref, id) + "; nothing was reset"})
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// noCounter says that instance ref holds no counter for id, and what the
-// instance counts by.
-func (a *api) noCounter(ref, id string) string {
+// noCounter says that instance p (ref) holds no counter for id, and what
+// it counts by.
+func noCounter(p gateway.RateLimitPlugin, ref, id string) string {
 	msg := "no counter for identifier " + quote(id) + " in plugin " + quote(ref)
-	if ps, err := a.g.RateLimitPlugins(); err == nil {
-		for _, p := range ps {
-			if p.ID == ref || (p.InstanceName != "" && p.InstanceName == ref) {
-				msg += " (identifier: " + p.Identifier + ")"
-				break
-			}
-		}
+	if p.Identifier != "" {
+		msg += " (identifier: " + p.Identifier + ")"
 	}
 	return msg
 }

@@ -28,6 +28,19 @@ services:
         config: {limit: [2], window_size: [60], identifier: consumer, strategy: local, namespace: rla}
 `
 
+// aliceCall sends GET url with alice's key-auth key and returns the status.
+func aliceCall(t *testing.T, url string) int {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	req.Header.Set("apikey", "alice-secret-key")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	return res.StatusCode
+}
+
 func doJSON(t *testing.T, method, url string, body any, out any) int {
 	t.Helper()
 	var rd *bytes.Reader
@@ -59,16 +72,7 @@ func doJSON(t *testing.T, method, url string, body any, out any) int {
 
 func TestCountersAPI(t *testing.T) {
 	_, proxy, admin, _ := setup(t, limited)
-	call := func() int {
-		req, _ := http.NewRequest("GET", proxy+"/x", nil)
-		req.Header.Set("apikey", "alice-secret-key")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		return res.StatusCode
-	}
+	call := func() int { return aliceCall(t, proxy+"/x") }
 	for i, want := range []int{200, 200, 429} {
 		if got := call(); got != want {
 			t.Fatalf("call %d: %d, want %d", i, got, want)
@@ -281,17 +285,7 @@ services:
             instance_name: by-consumer
             config: {limit: [1], window_size: [60], identifier: consumer, namespace: by-consumer}
 `)
-	call := func(path string) int {
-		t.Helper()
-		req, _ := http.NewRequest("GET", proxy+path, nil)
-		req.Header.Set("apikey", "alice-secret-key")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		return res.StatusCode
-	}
+	call := func(path string) int { return aliceCall(t, proxy+path) }
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	do := func(method, path string) (int, map[string]any) {
 		t.Helper()
